@@ -1,0 +1,586 @@
+"""The finished components of notebooks 02-06 against independent oracles.
+
+Oracles: float64 formulas written out here, F.scaled_dot_product_attention, F.layer_norm, and PyTorch's own
+nn.MultiheadAttention / nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights copied
+in. PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from transformer_course.attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
+from transformer_course.layers import (Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm,
+                                       PositionwiseFeedForward)
+from transformer_course.masks import causal_mask, padding_mask, target_mask
+from transformer_course.model import Transformer
+
+D_MODEL, N_HEADS, D_FF = 16, 4, 32
+PAD = 0
+
+
+@pytest.fixture(autouse=True)
+def seed():
+    torch.manual_seed(0)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def lengths_to_keep(lengths, length):
+    """[B] lengths -> bool [B, length], True at real (non-padding) positions."""
+    return torch.arange(length)[None, :] < torch.as_tensor(lengths)[:, None]
+
+
+def random_tokens(lengths, length, vocab_size):
+    """[B, length] ids in 1..vocab_size-1, padded with PAD after each row's length."""
+    tokens = torch.randint(1, vocab_size, (len(lengths), length))
+    return tokens.masked_fill(~lengths_to_keep(lengths, length), PAD)
+
+
+def sinusoid_table(length, d_model):
+    """The paper's positional encoding, written independently of the package."""
+    table = torch.zeros(length, d_model, dtype=torch.float64)
+    for p in range(length):
+        for i in range(0, d_model, 2):
+            angle = p / 10000 ** (i / d_model)
+            table[p, i], table[p, i + 1] = math.sin(angle), math.cos(angle)
+    return table
+
+
+@torch.no_grad()
+def randomize_(module):
+    """Move every parameter away from its initial value, so a parameter that is ignored or copied
+    to the wrong place shows up (LayerNorm gains stay positive)."""
+    for name, p in module.named_parameters():
+        p.uniform_(0.5, 1.5) if name.endswith("gamma") else p.uniform_(-0.5, 0.5)
+    return module
+
+
+@torch.no_grad()
+def copy_attention(ours, theirs):
+    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+    theirs.out_proj.weight.copy_(ours.w_o.weight)
+    theirs.out_proj.bias.copy_(ours.w_o.bias)
+
+
+@torch.no_grad()
+def copy_norm(ours, theirs):
+    theirs.weight.copy_(ours.gamma)
+    theirs.bias.copy_(ours.beta)
+
+
+def copy_encoder_layer(ours, theirs):
+    copy_attention(ours.self_attn, theirs.self_attn)
+    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
+    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
+    copy_norm(ours.norm1, theirs.norm1)
+    copy_norm(ours.norm2, theirs.norm2)
+
+
+def copy_decoder_layer(ours, theirs):
+    copy_attention(ours.self_attn, theirs.self_attn)
+    copy_attention(ours.cross_attn, theirs.multihead_attn)
+    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
+    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
+    copy_norm(ours.norm1, theirs.norm1)
+    copy_norm(ours.norm2, theirs.norm2)
+    copy_norm(ours.norm3, theirs.norm3)
+
+
+def torch_encoder_layer(ours, norm_first, dropout=0.0):
+    theirs = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, dropout, activation="relu", batch_first=True,
+                                        norm_first=norm_first).double()
+    copy_encoder_layer(ours, theirs)
+    return theirs
+
+
+def torch_decoder_layer(ours, norm_first, dropout=0.0):
+    theirs = nn.TransformerDecoderLayer(D_MODEL, N_HEADS, D_FF, dropout, activation="relu", batch_first=True,
+                                        norm_first=norm_first).double()
+    copy_decoder_layer(ours, theirs)
+    return theirs
+
+
+def torch_encoder(ours, norm_first):
+    """nn.TransformerEncoder with our weights: no final norm for Post-LN, a final LayerNorm for Pre-LN."""
+    final_norm = nn.LayerNorm(D_MODEL).double() if norm_first else None
+    theirs = nn.TransformerEncoder(torch_encoder_layer(ours.layers[0], norm_first), len(ours.layers), final_norm,
+                                   enable_nested_tensor=False)
+    for our_layer, their_layer in zip(ours.layers, theirs.layers):
+        copy_encoder_layer(our_layer, their_layer)
+    if norm_first:
+        copy_norm(ours.norm, theirs.norm)
+    return theirs
+
+
+def torch_decoder(ours, norm_first):
+    final_norm = nn.LayerNorm(D_MODEL).double() if norm_first else None
+    theirs = nn.TransformerDecoder(torch_decoder_layer(ours.layers[0], norm_first), len(ours.layers), final_norm)
+    for our_layer, their_layer in zip(ours.layers, theirs.layers):
+        copy_decoder_layer(our_layer, their_layer)
+    if norm_first:
+        copy_norm(ours.norm, theirs.norm)
+    return theirs
+
+
+def attention_formula(q, k, v, keep):
+    """float64 attention written out: exp of the scores over the keys kept, normalised."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))
+    scores = scores - scores.max(dim=-1, keepdim=True).values
+    weights = scores.exp() * keep
+    weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights @ v, weights
+
+
+# ----------------------------------------------------------------------------- 02 attention
+
+def test_attention_matches_float64_formula_and_torch_sdpa():
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
+    keep = torch.rand(2, 1, 5, 7) > 0.4
+    keep[..., 0] = True  # every query keeps at least one key here
+    output, weights = scaled_dot_product_attention(q, k, v, keep)
+    expected_output, expected_weights = attention_formula(q, k, v, keep)
+    assert output.shape == (2, 3, 5, 6) and weights.shape == (2, 3, 5, 7)
+    torch.testing.assert_close(weights.double(), expected_weights, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(output.double(), expected_output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=keep), atol=1e-5, rtol=1e-5)
+    assert (weights[~keep.expand_as(weights)] == 0).all()
+
+
+def test_attention_without_mask_matches_torch_sdpa():
+    q, k, v = torch.randn(3, 4, 8), torch.randn(3, 6, 8), torch.randn(3, 6, 5)
+    output, weights = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4))
+
+
+def test_attention_fully_masked_row_is_zero_and_finite_with_finite_gradients():
+    q, k, v = (torch.randn(2, 4, 3, requires_grad=True) for _ in range(3))
+    keep = torch.ones(2, 4, 4, dtype=torch.bool)
+    keep[0, 1] = False  # query 1 of batch 0 may attend to nothing
+    output, weights = scaled_dot_product_attention(q, k, v, keep)
+    assert torch.isfinite(output).all() and torch.isfinite(weights).all()
+    assert (weights[0, 1] == 0).all() and (output[0, 1] == 0).all()
+    output.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_attention_dropout_applies_to_weights_and_returns_weights_before_it():
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    output, weights = scaled_dot_product_attention(q, k, v)
+    seen = []
+    dropped_output, dropped_weights = scaled_dot_product_attention(q, k, v, dropout=lambda w: seen.append(w) or 3 * w)
+    torch.testing.assert_close(seen[0], weights)            # called on the weights
+    torch.testing.assert_close(dropped_weights, weights)    # returned before dropout
+    torch.testing.assert_close(dropped_output, 3 * output)  # used for the output
+
+
+def test_attention_rejects_a_mask_that_is_not_bool():
+    q = torch.randn(1, 2, 4)
+    with pytest.raises(ValueError, match="bool"):
+        scaled_dot_product_attention(q, q, q, torch.ones(1, 2, 2))
+
+
+# ----------------------------------------------------------------------------- 03 masks
+
+def test_padding_mask():
+    tokens = torch.tensor([[5, 3, 0, 0], [7, 0, 2, 9]])
+    mask = padding_mask(tokens, pad_idx=0)
+    assert mask.dtype == torch.bool and mask.shape == (2, 1, 1, 4)
+    assert mask[:, 0, 0].tolist() == [[True, True, False, False], [True, False, True, True]]
+    assert padding_mask(tokens, pad_idx=7)[1, 0, 0].tolist() == [False, True, True, True]
+    with pytest.raises(ValueError, match="shape"):
+        padding_mask(tokens[0], pad_idx=0)
+
+
+def test_causal_mask():
+    mask = causal_mask(5, device="cpu")
+    assert mask.dtype == torch.bool and mask.shape == (1, 1, 5, 5)
+    assert mask[0, 0].tolist() == [[j <= i for j in range(5)] for i in range(5)]
+    with pytest.raises(ValueError, match="0"):
+        causal_mask(0)
+
+
+def test_target_mask_is_padding_and_causal():
+    tokens = torch.tensor([[4, 4, 4, 0], [4, 0, 4, 4]])
+    mask = target_mask(tokens, pad_idx=0)
+    assert mask.dtype == torch.bool and mask.shape == (2, 1, 4, 4)
+    for b in range(2):
+        for i in range(4):
+            for j in range(4):
+                assert mask[b, 0, i, j] == (j <= i and tokens[b, j] != 0), (b, i, j)
+
+
+# ----------------------------------------------------------------------------- 04 multi-head attention
+
+def test_split_heads_and_merge_heads():
+    x = torch.randn(2, 3, 12)
+    heads = split_heads(x, 4)
+    assert heads.shape == (2, 4, 3, 3)
+    for h in range(4):
+        torch.testing.assert_close(heads[:, h], x[..., 3 * h:3 * (h + 1)])
+    torch.testing.assert_close(merge_heads(heads), x)
+    with pytest.raises(ValueError, match=r"12.*5"):
+        split_heads(x, 5)
+
+
+def test_multi_head_attention_rejects_d_model_not_divisible_by_n_heads():
+    with pytest.raises(ValueError, match=r"10.*3"):
+        MultiHeadAttention(10, 3)
+
+
+def test_multi_head_attention_attributes():
+    mha = MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.2)
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        layer = getattr(mha, name)
+        assert isinstance(layer, nn.Linear) and layer.bias is not None
+        assert (layer.in_features, layer.out_features) == (D_MODEL, D_MODEL)
+    assert isinstance(mha.dropout, nn.Dropout) and mha.dropout.p == 0.2
+    assert mha.attn is None
+    mha(torch.randn(2, 3, D_MODEL), torch.randn(2, 5, D_MODEL), torch.randn(2, 5, D_MODEL))
+    assert mha.attn.shape == (2, N_HEADS, 3, 5)
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+@pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
+def test_multi_head_attention_matches_nn_multihead_attention(need_weights, mask_kind):
+    ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.0)).double()
+    ours.need_weights = need_weights
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.0, batch_first=True).double()
+    copy_attention(ours, theirs)
+    query, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 6, D_MODEL).double()
+    keep_keys = lengths_to_keep([6, 2, 4], 6)
+    if mask_kind == "none":
+        mask, their_masks = None, {}
+    elif mask_kind == "padding":
+        mask, their_masks = keep_keys[:, None, None, :], {"key_padding_mask": ~keep_keys}
+    else:  # a different mask for every batch element and query, shared by the heads
+        mask = (torch.rand(3, 1, 4, 6) > 0.5) | torch.eye(4, 6, dtype=torch.bool)
+        their_masks = {"attn_mask": ~mask.expand(3, N_HEADS, 4, 6).reshape(3 * N_HEADS, 4, 6)}
+    expected, expected_weights = theirs(query, memory, memory, average_attn_weights=False, **their_masks)
+    torch.testing.assert_close(ours(query, memory, memory, mask), expected)
+    if need_weights:
+        torch.testing.assert_close(ours.attn, expected_weights)
+    else:
+        assert ours.attn is None
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_multi_head_attention_train_mode_matches_nn_with_the_same_seed(need_weights):
+    ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.3)).double()
+    ours.need_weights = need_weights
+    theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.3, batch_first=True).double()
+    copy_attention(ours, theirs)
+    x = torch.randn(2, 5, D_MODEL).double()
+    with sdpa_kernel(SDPBackend.MATH):  # the kernel whose dropout draws like nn.Dropout
+        torch.manual_seed(7)
+        output = ours(x, x, x)
+        torch.manual_seed(7)
+        expected = theirs(x, x, x, need_weights=need_weights)[0]
+        torch.manual_seed(7)
+        assert not torch.allclose(output, ours.eval()(x, x, x))  # dropout did something
+    torch.testing.assert_close(output, expected)
+
+
+def test_fast_path_equals_weights_path_including_fully_masked_rows_and_gradients():
+    mha = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.1)).double().eval()
+    query, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 5, D_MODEL).double()
+    mask = torch.rand(3, 1, 4, 5) > 0.5
+    mask[0, 0, 2] = False  # one query with nothing to attend to
+    mask[2] = False        # a whole batch element with nothing to attend to
+    results = []
+    for need_weights in (True, False):
+        mha.need_weights = need_weights
+        mha.zero_grad()
+        output = mha(query, memory, memory, mask)
+        output.pow(2).sum().backward()
+        results.append((output, [p.grad.clone() for p in mha.parameters()]))
+    (slow, slow_grads), (fast, fast_grads) = results
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, slow)
+    for fast_grad, slow_grad in zip(fast_grads, slow_grads):
+        torch.testing.assert_close(fast_grad, slow_grad)
+    # a query that attends to nothing passes on only the output projection's bias
+    torch.testing.assert_close(fast[2], mha.w_o.bias.expand(4, D_MODEL))
+
+
+def test_fast_path_equals_weights_path_in_train_mode_with_the_same_seed():
+    mha = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.5)).train()
+    x = torch.randn(2, 6, D_MODEL)
+    mask = causal_mask(6)
+    outputs = []
+    with sdpa_kernel(SDPBackend.MATH):
+        for need_weights in (True, False):
+            mha.need_weights = need_weights
+            torch.manual_seed(3)
+            outputs.append(mha(x, x, x, mask))
+    torch.testing.assert_close(outputs[1], outputs[0])
+    assert not torch.allclose(outputs[1], mha.eval()(x, x, x, mask))  # dropout is on in train mode
+
+
+def test_fast_path_rejects_a_mask_that_is_not_bool():
+    mha = MultiHeadAttention(D_MODEL, N_HEADS)
+    mha.need_weights = False
+    x = torch.randn(1, 3, D_MODEL)
+    with pytest.raises(ValueError, match="bool"):
+        mha(x, x, x, torch.zeros(1, 1, 3, 3))
+
+
+# ----------------------------------------------------------------------------- 05 layer norm, feed-forward
+
+def test_layer_norm_matches_formula_and_f_layer_norm():
+    norm = randomize_(LayerNorm(D_MODEL, eps=0.1))
+    x = torch.randn(3, 5, D_MODEL) * 0.3  # a small variance, so eps matters
+    mean = x.double().mean(-1, keepdim=True)
+    var = ((x.double() - mean) ** 2).mean(-1, keepdim=True)  # biased
+    expected = norm.gamma.double() * (x.double() - mean) / torch.sqrt(var + 0.1) + norm.beta.double()
+    torch.testing.assert_close(norm(x).double(), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(norm(x), F.layer_norm(x, (D_MODEL,), norm.gamma, norm.beta, eps=0.1))
+
+
+def test_layer_norm_parameters_start_as_identity():
+    norm = LayerNorm(D_MODEL)
+    assert isinstance(norm.gamma, nn.Parameter) and isinstance(norm.beta, nn.Parameter)
+    assert torch.equal(norm.gamma, torch.ones(D_MODEL)) and torch.equal(norm.beta, torch.zeros(D_MODEL))
+    assert norm.eps == 1e-5
+
+
+def test_feed_forward_matches_formula_in_eval_and_train_mode():
+    ff = PositionwiseFeedForward(D_MODEL, D_FF, dropout=0.5)
+    assert (ff.linear1.in_features, ff.linear1.out_features) == (D_MODEL, D_FF)
+    assert (ff.linear2.in_features, ff.linear2.out_features) == (D_FF, D_MODEL)
+    x = torch.randn(2, 3, D_MODEL)
+    hidden = F.relu(x @ ff.linear1.weight.T + ff.linear1.bias)
+    torch.testing.assert_close(ff.eval()(x), hidden @ ff.linear2.weight.T + ff.linear2.bias)
+    torch.manual_seed(1)
+    output = ff.train()(x)
+    torch.manual_seed(1)
+    expected = F.dropout(hidden, 0.5, training=True) @ ff.linear2.weight.T + ff.linear2.bias
+    torch.testing.assert_close(output, expected)
+
+
+# ----------------------------------------------------------------------------- 06 layers and stacks
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first):
+    ours = randomize_(EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
+    theirs = torch_encoder_layer(ours, norm_first)
+    x = torch.randn(3, 5, D_MODEL).double()
+    keep = lengths_to_keep([5, 3, 1], 5)
+    torch.testing.assert_close(ours(x, keep[:, None, None, :]), theirs(x, src_key_padding_mask=~keep))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first):
+    ours = randomize_(DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
+    theirs = torch_decoder_layer(ours, norm_first)
+    x, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 6, D_MODEL).double()
+    keep_src, keep_tgt = lengths_to_keep([6, 2, 4], 6), lengths_to_keep([4, 4, 2], 4)
+    tgt_mask = keep_tgt[:, None, None, :] & causal_mask(4)
+    output = ours(x, memory, src_mask=keep_src[:, None, None, :], tgt_mask=tgt_mask)
+    expected = theirs(x, memory, tgt_mask=~causal_mask(4)[0, 0], tgt_key_padding_mask=~keep_tgt,
+                      memory_key_padding_mask=~keep_src)
+    torch.testing.assert_close(output, expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_layers_in_train_mode_match_their_definition_with_the_same_seed(norm_first):
+    """Dropout where the contract puts it: on the attention weights, inside the feed-forward network and
+    on each sublayer's output before the residual sum; the oracle draws its masks in the same order."""
+    p = 0.3
+    ours = randomize_(DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=p, norm_first=norm_first)).double().train()
+    self_attn, cross_attn = (nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double() for _ in "ab")
+    copy_attention(ours.self_attn, self_attn)
+    copy_attention(ours.cross_attn, cross_attn)
+    ff, norms = ours.feed_forward, (ours.norm1, ours.norm2, ours.norm3)
+
+    def oracle(x, memory, causal):
+        sublayers = (lambda y: self_attn(y, y, y, attn_mask=causal)[0],
+                     lambda y: cross_attn(y, memory, memory)[0],
+                     lambda y: ff.linear2(F.dropout(F.relu(ff.linear1(y)), p)))
+        for sublayer, norm in zip(sublayers, norms):
+            layer_norm = lambda y: F.layer_norm(y, (D_MODEL,), norm.gamma, norm.beta)  # noqa: E731
+            if norm_first:
+                x = x + F.dropout(sublayer(layer_norm(x)).contiguous(), p)
+            else:
+                x = layer_norm(x + F.dropout(sublayer(x).contiguous(), p))
+        return x
+
+    x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 5, D_MODEL).double()
+    with sdpa_kernel(SDPBackend.MATH):
+        torch.manual_seed(11)
+        output = ours(x, memory, tgt_mask=causal_mask(4))
+        torch.manual_seed(11)
+        expected = oracle(x, memory, causal=~causal_mask(4)[0, 0])
+    torch.testing.assert_close(output, expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_stack_matches_nn_transformer_encoder(norm_first):
+    ours = randomize_(Encoder(3, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
+    assert isinstance(ours.layers, nn.ModuleList) and len(ours.layers) == 3
+    assert isinstance(ours.norm, LayerNorm) if norm_first else ours.norm is None
+    theirs = torch_encoder(ours, norm_first)
+    x = torch.randn(2, 5, D_MODEL).double()
+    keep = lengths_to_keep([5, 2], 5)
+    torch.testing.assert_close(ours(x, keep[:, None, None, :]), theirs(x, src_key_padding_mask=~keep))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_stack_matches_nn_transformer_decoder(norm_first):
+    ours = randomize_(Decoder(3, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
+    assert isinstance(ours.layers, nn.ModuleList) and len(ours.layers) == 3
+    assert isinstance(ours.norm, LayerNorm) if norm_first else ours.norm is None
+    theirs = torch_decoder(ours, norm_first)
+    x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 6, D_MODEL).double()
+    keep_src, keep_tgt = lengths_to_keep([6, 3], 6), lengths_to_keep([4, 3], 4)
+    output = ours(x, memory, keep_src[:, None, None, :], keep_tgt[:, None, None, :] & causal_mask(4))
+    expected = theirs(x, memory, tgt_mask=~causal_mask(4)[0, 0], tgt_key_padding_mask=~keep_tgt,
+                      memory_key_padding_mask=~keep_src)
+    torch.testing.assert_close(output, expected)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_is_causal_by_gradients(norm_first):
+    decoder = randomize_(Decoder(2, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
+    x = torch.randn(2, 5, D_MODEL, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 3, D_MODEL, dtype=torch.float64, requires_grad=True)
+    output = decoder(x, memory, tgt_mask=causal_mask(5))
+    for t in range(5):
+        grad_x, grad_memory = torch.autograd.grad(output[:, t].sum(), (x, memory), retain_graph=True)
+        assert (grad_x[:, t + 1:] == 0).all(), f"position {t} depends on a later position"
+        assert (grad_x[:, :t + 1].abs().sum(-1) > 0).all(), f"position {t} ignores an earlier position"
+        assert (grad_memory.abs().sum(-1) > 0).all(), "the decoder ignores part of the memory"
+
+
+# ----------------------------------------------------------------------------- 06 the Transformer
+
+def small_model(norm_first=False, src_vocab_size=23, tgt_vocab_size=19, **kwargs):
+    return Transformer(src_vocab_size, tgt_vocab_size, d_model=D_MODEL, n_heads=N_HEADS, num_encoder_layers=2,
+                       num_decoder_layers=2, d_ff=D_FF, dropout=0.1, max_len=64, pad_idx=PAD,
+                       norm_first=norm_first, **kwargs)
+
+
+def test_transformer_attributes():
+    model = small_model()
+    assert model.pad_idx == PAD
+    assert model.src_embed.embedding.num_embeddings == 23 and model.tgt_embed.embedding.num_embeddings == 19
+    assert isinstance(model.encoder, Encoder) and isinstance(model.decoder, Decoder)
+    assert isinstance(model.generator, nn.Linear)
+    assert (model.generator.in_features, model.generator.out_features) == (D_MODEL, 19)
+    assert not any(name.startswith("pos_encoding") for name, _ in model.named_parameters())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_matches_an_nn_transformer_oracle_end_to_end(norm_first):
+    model = small_model(norm_first).double().eval()
+    randomize_(model.encoder), randomize_(model.decoder)
+    encoder, decoder = torch_encoder(model.encoder, norm_first), torch_decoder(model.decoder, norm_first)
+    src = random_tokens([7, 4, 2], 7, 23)
+    tgt = random_tokens([5, 5, 3], 5, 19)
+    pe = sinusoid_table(7, D_MODEL)
+    scale = math.sqrt(D_MODEL)
+    memory = encoder(F.embedding(src, model.src_embed.embedding.weight) * scale + pe[:7],
+                     src_key_padding_mask=src == PAD)
+    hidden = decoder(F.embedding(tgt, model.tgt_embed.embedding.weight) * scale + pe[:5], memory,
+                     tgt_mask=~causal_mask(5)[0, 0], tgt_key_padding_mask=tgt == PAD,
+                     memory_key_padding_mask=src == PAD)
+    expected = F.linear(hidden, model.generator.weight, model.generator.bias)
+    logits = model(src, tgt)
+    assert logits.shape == (3, 5, 19)
+    torch.testing.assert_close(logits, expected)
+    # encode / decode are the two halves of forward
+    src_mask, tgt_mask = padding_mask(src, PAD), target_mask(tgt, PAD)
+    decoded = model.decode(tgt, model.encode(src, src_mask), src_mask, tgt_mask)
+    torch.testing.assert_close(model.generator(decoded), logits)
+
+
+def test_transformer_fast_path_gives_the_same_logits_and_no_weights():
+    model = small_model().eval()
+    src, tgt = random_tokens([6, 3], 6, 23), random_tokens([4, 2], 4, 19)
+    logits = model(src, tgt)
+    assert model.decoder.layers[-1].cross_attn.attn.shape == (2, N_HEADS, 4, 6)  # kept by default
+    assert model.set_need_weights(False) is model
+    torch.testing.assert_close(model(src, tgt), logits)
+    assert all(m.attn is None for m in model.modules() if isinstance(m, MultiHeadAttention))
+
+
+def test_source_and_target_padding_never_change_real_outputs():
+    model = small_model().eval()
+    src, tgt = random_tokens([6, 3], 6, 23), random_tokens([4, 2], 4, 19)
+    logits = model(src, tgt)
+    more_src = F.pad(src, (0, 3), value=PAD)
+    torch.testing.assert_close(model(more_src, tgt), logits)
+    memory = model.encode(src, padding_mask(src, PAD))
+    torch.testing.assert_close(model.encode(more_src, padding_mask(more_src, PAD))[:, :6], memory)
+    # and what stands at a padded source position is never read
+    scrambled = src.masked_fill(src == PAD, 5)
+    scrambled_logits = model.decode(tgt, model.encode(scrambled, padding_mask(src, PAD)), padding_mask(src, PAD),
+                                    target_mask(tgt, PAD))
+    torch.testing.assert_close(model.generator(scrambled_logits), logits)
+    # target padding added at the end leaves the real target positions alone
+    torch.testing.assert_close(model(src, F.pad(tgt, (0, 2), value=PAD))[:, :4], logits)
+
+
+def test_transformer_logits_never_see_future_target_tokens():
+    model = small_model().eval()
+    src, tgt = random_tokens([5, 5], 5, 23), random_tokens([6, 6], 6, 19)
+    logits = model(src, tgt)
+    for t in range(5):
+        changed = tgt.clone()
+        changed[:, t + 1:] = torch.randint(1, 19, changed[:, t + 1:].shape)
+        changed_logits = model(src, changed)
+        torch.testing.assert_close(changed_logits[:, :t + 1], logits[:, :t + 1])
+        assert not torch.allclose(changed_logits[:, t + 1:], logits[:, t + 1:])
+
+
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_transformer_with_fully_padded_rows_stays_finite(need_weights):
+    model = small_model().train().set_need_weights(need_weights)
+    src = random_tokens([4, 0], 4, 23)  # the second source is padding only
+    tgt = random_tokens([3, 3], 3, 19)
+    tgt[1, 0] = PAD                    # and its target starts with padding: nothing to attend to at t = 0
+    logits = model(src, tgt)
+    assert torch.isfinite(logits).all()
+    logits.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_different_source_and_target_vocabularies():
+    model = small_model(src_vocab_size=40, tgt_vocab_size=7).eval()
+    src = torch.randint(20, 40, (2, 5))  # ids no target embedding has
+    tgt = torch.randint(1, 7, (2, 3))
+    assert model(src, tgt).shape == (2, 3, 7)
+    with pytest.raises(IndexError):
+        model(tgt, src)  # target ids >= 7 do not exist
+
+
+def test_every_matrix_starts_xavier_uniform_and_norms_start_as_identity():
+    model = Transformer(50, 60, d_model=32, n_heads=4, num_encoder_layers=2, num_decoder_layers=2, d_ff=64)
+    matrices = [(name, p) for name, p in model.named_parameters() if p.dim() > 1]
+    assert len(matrices) == 2 + 2 * 6 + 2 * 10 + 1  # embeddings, encoder and decoder layers, generator
+    for name, p in matrices:
+        fan_out, fan_in = p.shape
+        bound = math.sqrt(6 / (fan_in + fan_out))
+        assert p.abs().max() <= bound, f"{name} exceeds the Xavier bound"
+        assert abs(p.std().item() / (bound / math.sqrt(3)) - 1) < 0.15, f"{name} does not look Xavier-uniform"
+    for name, p in model.named_parameters():
+        if name.endswith("gamma"):
+            assert torch.equal(p, torch.ones_like(p)), name
+        if name.endswith("beta"):
+            assert torch.equal(p, torch.zeros_like(p)), name
+
+
+def test_layers_are_distinct_modules_with_their_own_weights():
+    model = small_model()
+    params = list(model.parameters())
+    assert len({p.data_ptr() for p in params}) == len(params), "some parameters are shared"
+    for stack in (model.encoder.layers, model.decoder.layers):
+        assert stack[0] is not stack[1]
+        assert not torch.equal(stack[0].self_attn.w_q.weight, stack[1].self_attn.w_q.weight)
+    assert not torch.equal(model.src_embed.embedding.weight[:19], model.tgt_embed.embedding.weight)

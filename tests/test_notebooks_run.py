@@ -1,0 +1,26 @@
+"""Every solution notebook runs top to bottom on CPU, from a folder of its own (as on Colab)."""
+import os
+import time
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from grading import SOLUTIONS
+
+NOTEBOOKS = sorted(SOLUTIONS.glob("*/*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_solution_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the test runner already uses one worker per core
+    notebook = nbformat.read(path, as_version=4)
+    start = time.perf_counter()
+    # Run in an empty folder: a notebook that reads files relative to the repository would fail here.
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    print(f"{path.stem}: {time.perf_counter() - start:.1f} s")
+    errors = [(cell.get("id"), o.ename, o.evalue) for cell in notebook.cells if cell.cell_type == "code"
+              for o in cell.outputs if o.output_type == "error"]
+    assert not errors, f"{path.stem} raised errors: {errors}"

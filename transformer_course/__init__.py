@@ -1,0 +1,25 @@
+"""The course's shared package: finished components, plotting, data and test helpers.
+
+Each notebook implements one part of the Transformer; the later notebooks import the finished
+version of every earlier part from here, so a mistake in one notebook never breaks the next.
+"""
+from .embeddings import PositionalEncoding, TokenEmbedding, positional_encoding
+from .attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
+from .masks import causal_mask, padding_mask, target_mask
+from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, PositionwiseFeedForward
+from .model import Transformer
+
+__all__ = [
+    # 01_positional_encoding
+    "positional_encoding", "TokenEmbedding", "PositionalEncoding",
+    # 02_attention
+    "scaled_dot_product_attention",
+    # 03_masking
+    "padding_mask", "causal_mask", "target_mask",
+    # 04_multi_head_attention
+    "split_heads", "merge_heads", "MultiHeadAttention",
+    # 05_layer_norm_feed_forward
+    "LayerNorm", "PositionwiseFeedForward",
+    # 06_transformer
+    "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer",
+]

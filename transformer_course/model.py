@@ -1,0 +1,46 @@
+"""The full encoder-decoder Transformer of "Attention Is All You Need" (notebook 06)."""
+from torch import nn
+
+from .attention import MultiHeadAttention
+from .embeddings import PositionalEncoding, TokenEmbedding
+from .layers import Decoder, Encoder
+from .masks import padding_mask, target_mask
+
+
+class Transformer(nn.Module):
+    """Source tokens -> encoder memory; target tokens + memory -> decoder states -> next-token logits."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, num_encoder_layers=6,
+                 num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, pad_idx=0, norm_first=False):
+        super().__init__()
+        self.src_embed = TokenEmbedding(src_vocab_size, d_model, padding_idx=pad_idx)
+        self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, padding_idx=pad_idx)
+        self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)  # no parameters: shared by both sides
+        self.encoder = Encoder(num_encoder_layers, d_model, n_heads, d_ff, dropout, norm_first)
+        self.decoder = Decoder(num_decoder_layers, d_model, n_heads, d_ff, dropout, norm_first)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        self.pad_idx = pad_idx
+        # Xavier-uniform for every matrix, embeddings included (so their padding rows are not zero:
+        # padding keys are masked out and padding_idx keeps those rows from being trained).
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def encode(self, src, src_mask):
+        return self.encoder(self.pos_encoding(self.src_embed(src)), src_mask)
+
+    def decode(self, tgt, memory, src_mask, tgt_mask):
+        return self.decoder(self.pos_encoding(self.tgt_embed(tgt)), memory, src_mask, tgt_mask)
+
+    def forward(self, src, tgt):
+        src_mask = padding_mask(src, self.pad_idx)   # [B, 1, 1, S]
+        tgt_mask = target_mask(tgt, self.pad_idx)    # [B, 1, T, T]
+        memory = self.encode(src, src_mask)
+        return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
+
+    def set_need_weights(self, need_weights):
+        """Whether every attention layer keeps its weights in `attn` (True) or uses the fused kernel (False, faster)."""
+        for module in self.modules():
+            if isinstance(module, MultiHeadAttention):
+                module.need_weights = need_weights
+        return self

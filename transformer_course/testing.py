@@ -1,0 +1,103 @@
+"""Checks that explain themselves, shared by the notebooks' visible and hidden tests.
+
+A failing check raises ``AssertionError`` with a sentence a student can act on: what was called,
+what came back, what was expected and, where a known mistake explains the difference, which one.
+"""
+import contextlib
+
+import torch
+
+
+def _shape(t):
+    return list(t.shape)
+
+
+def check_tensor(actual, what, *, shape=None, dtype=None):
+    """``actual`` is a tensor with the given shape and dtype (either may be None: not checked)."""
+    assert isinstance(actual, torch.Tensor), f"{what} should return a torch.Tensor, got {type(actual).__name__}"
+    if shape is not None and list(actual.shape) != list(shape):
+        hint = ""
+        if actual.dim() == len(shape) + 1 and actual.shape[0] == 1 and list(actual.shape[1:]) == list(shape):
+            hint = ": there is an extra leading dimension of size 1 (a batch dimension too many?)"
+        elif sorted(actual.shape) == sorted(shape):
+            hint = ": the same sizes in another order (dimensions transposed?)"
+        raise AssertionError(f"{what} has shape {_shape(actual)}, expected {list(shape)}{hint}")
+    if dtype is not None and actual.dtype != dtype:
+        raise AssertionError(f"{what} has dtype {actual.dtype}, expected {dtype}")
+
+
+def assert_close(actual, expected, what, *, atol=1e-5, rtol=1e-4, dtype=None, mistakes=None):
+    """``actual`` matches the oracle ``expected`` in shape, (optionally) dtype and values.
+
+    ``mistakes`` maps a description of a known mistake to the tensor that mistake would produce
+    (or to a function returning it); when the values are wrong and one of them matches, the message
+    names it.
+    """
+    check_tensor(actual, what, shape=expected.shape, dtype=dtype)
+    actual_cmp = actual.detach().to(torch.float64).cpu()
+    expected_cmp = expected.detach().to(torch.float64).cpu()
+    if not torch.isfinite(actual_cmp).all() and torch.isfinite(expected_cmp).all():
+        bad = (~torch.isfinite(actual_cmp)).nonzero()[0].tolist()
+        raise AssertionError(f"{what} contains NaN or inf (first at index {bad}); every value should be finite")
+    if torch.allclose(actual_cmp, expected_cmp, atol=atol, rtol=rtol):
+        return
+    for description, produced in (mistakes or {}).items():
+        produced = produced() if callable(produced) else produced
+        produced = produced.detach().to(torch.float64).cpu()
+        if produced.shape == actual_cmp.shape and torch.allclose(actual_cmp, produced, atol=atol, rtol=rtol):
+            raise AssertionError(f"{what} is wrong: it looks like {description}")
+    diff = (actual_cmp - expected_cmp).abs()
+    worst = divmod_index(diff.argmax().item(), diff.shape)
+    raise AssertionError(
+        f"{what} is wrong: at index {worst} it gives {actual_cmp[worst].item():.6g}, expected "
+        f"{expected_cmp[worst].item():.6g} (largest difference {diff.max().item():.3g}, "
+        f"{(diff > atol + rtol * expected_cmp.abs()).sum().item()} of {diff.numel()} values off)"
+    )
+
+
+def divmod_index(flat_index, shape):
+    """The multi-dimensional index of ``flat_index`` in a tensor of ``shape``, as a tuple."""
+    index = []
+    for size in reversed(shape):
+        flat_index, rest = divmod(flat_index, size)
+        index.append(rest)
+    return tuple(reversed(index))
+
+
+def assert_raises_value_error(call, what, why):
+    """``call()`` raises ``ValueError``; ``why`` says which argument is bad."""
+    try:
+        result = call()
+    except ValueError:
+        return
+    except Exception as error:  # the wrong kind of error is a failure too
+        raise AssertionError(f"{what} should raise ValueError ({why}), but raised {type(error).__name__}: {error}") from None
+    raise AssertionError(f"{what} should raise ValueError ({why}), but returned {type(result).__name__}")
+
+
+@contextlib.contextmanager
+def same_random_numbers(seed=0):
+    """Run a block with the global RNG seeded, then restore it, so two blocks draw the same numbers."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+@contextlib.contextmanager
+def substituted(namespace, **replacements):
+    """Temporarily replace names in ``namespace`` (a notebook's ``globals()``).
+
+    A test of one exercise swaps in the course's finished versions of the exercises it builds on,
+    so that a mistake in one exercise costs points in that exercise only.
+    """
+    missing = object()
+    saved = {name: namespace.get(name, missing) for name in replacements}
+    namespace.update(replacements)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is missing:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = value
