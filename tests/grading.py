@@ -93,8 +93,9 @@ class ScratchCourse:
         return self.root.joinpath(*parts)
 
     def nbgrader(self, *args):
-        # One thread per kernel: the tests already run one grading job per core.
-        env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg")
+        # One thread per kernel: the tests already run one grading job per core. COURSE_SMOKE makes the
+        # notebooks' training demos take a handful of steps: grading many students must stay quick.
+        env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1")
         subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=self.root,
                        env=env, check=True, capture_output=True)
 

@@ -101,3 +101,18 @@ def substituted(namespace, **replacements):
                 namespace.pop(name, None)
             else:
                 namespace[name] = value
+
+
+def laid_out_as(actual, shape, what):
+    """The values of ``actual`` laid out as ``shape`` (broadcast when its shape broadcasts to ``shape``,
+    else reshaped when it holds as many values), so that a values test can grade an answer whose shape
+    is wrong: a separate shape test costs that mistake. AssertionError when neither works."""
+    check_tensor(actual, what)
+    try:
+        return torch.broadcast_to(actual, list(shape))
+    except RuntimeError:
+        pass
+    if actual.numel() == torch.Size(shape).numel():
+        return actual.reshape(list(shape))
+    raise AssertionError(f"{what} has shape {_shape(actual)}, which cannot hold the values of a tensor of shape "
+                         f"{list(shape)}: fix the shape first (see the shape test)")
