@@ -8,6 +8,8 @@ from .attention import MultiHeadAttention, merge_heads, scaled_dot_product_atten
 from .masks import causal_mask, padding_mask, target_mask
 from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, PositionwiseFeedForward
 from .model import Transformer
+from .data import Vocab, build_vocab
+from .training import label_smoothing_loss, load_checkpoint, noam_lr, save_checkpoint, train_step
 
 __all__ = [
     # 01_positional_encoding
@@ -22,4 +24,6 @@ __all__ = [
     "LayerNorm", "PositionwiseFeedForward",
     # 06_transformer
     "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer",
+    # 07_training
+    "build_vocab", "Vocab", "label_smoothing_loss", "noam_lr", "train_step", "save_checkpoint", "load_checkpoint",
 ]

@@ -116,3 +116,26 @@ def laid_out_as(actual, shape, what):
         return actual.reshape(list(shape))
     raise AssertionError(f"{what} has shape {_shape(actual)}, which cannot hold the values of a tensor of shape "
                          f"{list(shape)}: fix the shape first (see the shape test)")
+
+
+@contextlib.contextmanager
+def forbidden(namespace, owner, name, message, when=None):
+    """Within the block, a call of ``owner.<name>`` (e.g. ``torch.nn.functional``, ``"cross_entropy"``) raises
+    ``AssertionError(message)`` when ``when(*args, **kwargs)`` is true (always without ``when``); other calls go
+    through. Names in ``namespace`` (a notebook's ``globals()``) bound to the same function are guarded too.
+    For exercises that must be written without a library shortcut."""
+    original = getattr(owner, name)
+
+    def guarded(*args, **kwargs):
+        if when is None or when(*args, **kwargs):
+            raise AssertionError(message)
+        return original(*args, **kwargs)
+
+    aliases = [key for key, value in namespace.items() if value is original]
+    setattr(owner, name, guarded)
+    namespace.update({key: guarded for key in aliases})
+    try:
+        yield original
+    finally:
+        setattr(owner, name, original)
+        namespace.update({key: original for key in aliases})

@@ -1,0 +1,267 @@
+"""Training (notebook 07's finished functions and the trainer): the loss, the schedule and the training step
+against independent references, checkpoints, and tiny end-to-end runs of `python -m transformer_course.train`
+on a subset of the Multi30k mirror ($MULTI30K_MIRROR, else ../shared/data/multi30k next to the repository),
+including resuming an interrupted run.
+"""
+import copy
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_course import Transformer
+from transformer_course.data import Vocab
+from transformer_course.train import main
+from transformer_course.training import (CONFIGS, choose_device, evaluate, label_smoothing_loss, load_checkpoint,
+                                         make_config, noam_lr, noam_scheduler, save_checkpoint, train_step)
+
+MIRROR = Path(os.environ.get("MULTI30K_MIRROR") or Path(__file__).resolve().parents[2] / "shared/data/multi30k")
+needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
+                                  reason=f"the Multi30k mirror is not at {MIRROR}: set MULTI30K_MIRROR")
+
+
+def tiny_model(pad_idx=0, dropout=0.0, seed=0, src_vocab=11, tgt_vocab=13):
+    torch.manual_seed(seed)
+    return Transformer(src_vocab, tgt_vocab, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                       d_ff=32, dropout=dropout, max_len=64, pad_idx=pad_idx)
+
+
+def padded_batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, src_vocab, (B, S), generator=g)
+    tgt = torch.randint(0, tgt_vocab, (B, T), generator=g)
+    src[src == pad_idx] = (pad_idx + 1) % src_vocab
+    tgt[tgt == pad_idx] = (pad_idx + 1) % tgt_vocab
+    for b in range(1, B):
+        src[b, S - b:] = pad_idx
+        tgt[b, T - 2 * b:] = pad_idx
+    return src, tgt
+
+
+def flat_params(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+# ----------------------------------------------------------------------------- label_smoothing_loss
+
+@pytest.mark.parametrize("N, V, smoothing, ignore_index", [(7, 5, 0.1, -100), (12, 37, 0.25, 0), (30, 1000, 0.1, 3),
+                                                           (5, 11, 0.0, -1), (4, 4, 1.0, 2)])
+def test_label_smoothing_loss_equals_cross_entropy(N, V, smoothing, ignore_index):
+    g = torch.Generator().manual_seed(N * V)
+    logits = (torch.randn(N, V, generator=g, dtype=torch.float64) * 3).requires_grad_(True)
+    target = torch.randint(0, V, (N,), generator=g)
+    target[torch.rand(N, generator=g) < 0.3] = ignore_index
+    target[0] = (ignore_index + 1) % V
+    ours = label_smoothing_loss(logits, target, smoothing, ignore_index)
+    (grad_ours,) = torch.autograd.grad(ours, logits)
+    theirs = F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=ignore_index)
+    (grad_theirs,) = torch.autograd.grad(theirs, logits)
+    assert ours.shape == () and ours.dtype == torch.float64
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(grad_ours, grad_theirs)
+
+
+def test_label_smoothing_loss_is_the_cross_entropy_against_the_smoothed_target():
+    logits, target, s = torch.randn(6, 9, dtype=torch.float64), torch.tensor([0, 8, 3, 3, 1, 5]), 0.2
+    q = (1 - s) * F.one_hot(target, 9).double() + s / 9
+    expected = -(q * logits.log_softmax(-1)).sum(-1).mean()
+    torch.testing.assert_close(label_smoothing_loss(logits, target, s), expected)
+
+
+def test_label_smoothing_loss_takes_leading_dimensions_and_half_precision():
+    logits, target = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+    torch.testing.assert_close(label_smoothing_loss(logits, target, 0.1, 0),
+                               F.cross_entropy(logits.reshape(-1, 7), target.reshape(-1), label_smoothing=0.1,
+                                               ignore_index=0))
+    half = label_smoothing_loss(logits.bfloat16(), target)
+    assert half.dtype == torch.float32  # the softmax runs in float32
+    torch.testing.assert_close(half, F.cross_entropy(logits.bfloat16().float().reshape(-1, 7), target.reshape(-1),
+                                                     label_smoothing=0.1))
+
+
+def test_label_smoothing_loss_with_every_position_ignored_is_nan_like_pytorch():
+    assert torch.isnan(label_smoothing_loss(torch.randn(3, 4), torch.zeros(3, dtype=torch.long), ignore_index=0))
+
+
+# ----------------------------------------------------------------------------- noam_lr
+
+def test_noam_lr_follows_the_paper():
+    d, w = 512, 4000
+    for step in (1, 10, 3999, 4000, 4001, 100_000):
+        expected = step / (math.sqrt(d) * w ** 1.5) if step < w else 1 / math.sqrt(d * step)
+        assert math.isclose(noam_lr(step, d, w), expected, rel_tol=1e-12)
+    assert math.isclose(noam_lr(4000, d, w), (d * w) ** -0.5)
+    assert math.isclose(noam_lr(50, 128, 10, factor=3.0), 3 * noam_lr(50, 128, 10))
+    assert noam_lr(0, d, w) == noam_lr(1, d, w)
+
+
+def test_noam_scheduler_sets_the_rate_of_each_step():
+    optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(2))], lr=1.0)
+    scheduler = noam_scheduler(optimizer, 64, 10, factor=2.0)
+    for step in range(25):
+        assert math.isclose(optimizer.param_groups[0]["lr"], noam_lr(step, 64, 10, 2.0))
+        optimizer.step()
+        scheduler.step()
+
+
+# ----------------------------------------------------------------------------- train_step
+
+def reference_step(model, src, tgt, optimizer, scheduler, pad_idx, smoothing, clip):
+    logits = model(src, tgt[:, :-1])
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), label_smoothing=smoothing,
+                           ignore_index=pad_idx)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+@pytest.mark.parametrize("pad_idx, clip, smoothing", [(0, 100.0, 0.1), (2, 0.05, 0.2), (0, 1.0, 0.0)])
+def test_train_step_equals_a_reference_step_on_a_copy(pad_idx, clip, smoothing):
+    model = tiny_model(pad_idx)
+    ref = copy.deepcopy(model)
+    schedule = lambda step: [1.0, 0.1, 0.5][min(step, 2)]  # noqa: E731
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    ref_optimizer = torch.optim.SGD(ref.parameters(), lr=0.5, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    ref_scheduler = torch.optim.lr_scheduler.LambdaLR(ref_optimizer, schedule)
+    for seed in (1, 2, 3):
+        src, tgt = padded_batch(pad_idx, seed)
+        loss = train_step(model, src, tgt, optimizer, scheduler, pad_idx=pad_idx, smoothing=smoothing, clip=clip)
+        expected = reference_step(ref, src, tgt, ref_optimizer, ref_scheduler, pad_idx, smoothing, clip)
+        assert isinstance(loss, float) and math.isclose(loss, expected, rel_tol=1e-6)
+        torch.testing.assert_close(flat_params(model), flat_params(ref))
+        assert all(p.grad is None or not p.grad.any() for p in model.parameters()), "gradients are left zeroed"
+    assert scheduler.last_epoch == 3
+
+
+def test_train_step_clips_the_gradient_norm():
+    model = tiny_model()
+    before = flat_params(model)
+    src, tgt = padded_batch()
+    train_step(model, src, tgt, torch.optim.SGD(model.parameters(), lr=1.0), clip=0.01)
+    assert math.isclose((flat_params(model) - before).norm().item(), 0.01, rel_tol=1e-3)
+
+
+# ----------------------------------------------------------------------------- evaluate, checkpoints
+
+def test_evaluate_weights_every_token_once_and_keeps_the_mode():
+    model = tiny_model(dropout=0.3).train()
+    batches = [padded_batch(0, 1), padded_batch(0, 2, B=2, T=9)]
+    scores = evaluate(model, batches, pad_idx=0, smoothing=0.1)
+    assert model.training
+    model.eval()
+    with torch.no_grad():
+        logits = torch.cat([model(s, t[:, :-1]).reshape(-1, 13) for s, t in batches[:1]] +
+                           [model(s, t[:, :-1]).reshape(-1, 13) for s, t in batches[1:]])
+    labels = torch.cat([t[:, 1:].reshape(-1) for _, t in batches])
+    assert scores["tokens"] == int((labels != 0).sum())
+    assert math.isclose(scores["loss"], F.cross_entropy(logits, labels, label_smoothing=0.1, ignore_index=0).item(),
+                        rel_tol=1e-5)
+    assert math.isclose(scores["nll"], F.cross_entropy(logits, labels, ignore_index=0).item(), rel_tol=1e-5)
+    assert math.isclose(scores["perplexity"], math.exp(scores["nll"]), rel_tol=1e-9)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model_kwargs = dict(src_vocab_size=11, tgt_vocab_size=13, d_model=16, n_heads=2, num_encoder_layers=1,
+                        num_decoder_layers=2, d_ff=32, dropout=0.1, max_len=64, pad_idx=0)
+    torch.manual_seed(0)
+    model = Transformer(**model_kwargs)
+    src_vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", *"abcdefg"])
+    tgt_vocab = Vocab(["<pad>", "<unk>", "<bos>", "<eos>", *"hijklmnopq"[:9]])
+    config = {"model": model_kwargs, "data": {"lowercase": True}, "train": {"betas": (0.9, 0.98)}}
+    path = save_checkpoint(tmp_path / "sub" / "best.pt", model, src_vocab, tgt_vocab, config, epoch=3, val_loss=1.5)
+    assert path.exists() and not list(path.parent.glob(".*.part"))
+    loaded = load_checkpoint(path)
+    assert isinstance(loaded["model"], Transformer) and not loaded["model"].training
+    assert loaded["src_vocab"].itos == src_vocab.itos and loaded["tgt_vocab"].itos == tgt_vocab.itos
+    assert loaded["config"]["model"] == model_kwargs and loaded["config"]["train"]["betas"] == [0.9, 0.98]
+    assert loaded["epoch"] == 3 and loaded["val_loss"] == 1.5
+    src, tgt = padded_batch()
+    model.eval()
+    torch.testing.assert_close(loaded["model"](src, tgt), model(src, tgt), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="may not be called"):
+        save_checkpoint(tmp_path / "x.pt", model, src_vocab, tgt_vocab, config, format=2)
+
+
+def test_configs():
+    assert set(CONFIGS) == {"quick", "full"}
+    config = make_config("quick", model__d_model=64, data__max_train_pairs=None)
+    assert config["model"]["d_model"] == 64 and config["data"]["max_train_pairs"] is None
+    assert CONFIGS["quick"]["model"]["d_model"] == 128  # a copy, not the original
+    with pytest.raises(ValueError, match="unknown setting"):
+        make_config("quick", model__width=3)
+    with pytest.raises(ValueError, match="mode"):
+        make_config("huge")
+    assert choose_device("cpu") == torch.device("cpu")
+    assert choose_device().type in ("cpu", "cuda", "mps")
+
+
+# ----------------------------------------------------------------------------- the command line, end to end
+
+TINY = ["--mode", "quick", "--max-train-pairs", "240", "--max-val-pairs", "60", "--d-model", "32", "--heads", "2",
+        "--layers", "1", "--d-ff", "64", "--max-tokens", "400", "--warmup", "10", "--no-progress",
+        "--save-every-seconds", "0"]
+
+
+def run_cli(tmp_path, out, *extra):
+    return main([*TINY, "--out", str(tmp_path / out), "--mirror", str(MIRROR),
+                 "--cache-dir", str(tmp_path / "cache"), *extra])
+
+
+def test_cli_help_runs_as_a_module():
+    result = subprocess.run([sys.executable, "-m", "transformer_course.train", "--help"], capture_output=True,
+                            text=True, check=True)
+    assert "--mode" in result.stdout and "--resume" in result.stdout
+
+
+@needs_mirror
+def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
+    # an uninterrupted run of 2 epochs
+    assert run_cli(tmp_path, "whole", "--epochs", "2") == 0
+    whole = tmp_path / "whole"
+    log = json.loads((whole / "log.json").read_text())
+    assert log["finished"] and [e["epoch"] for e in log["epochs"]] == [1, 2]
+    assert log["data"]["train_pairs"] == 240 and log["data"]["val_pairs"] == 60
+    assert log["hardware"]["device"] == "cpu" and log["elapsed_seconds"] > 0
+    steps_per_epoch = log["epochs"][0]["step"]
+    assert log["epochs"][1]["step"] == 2 * steps_per_epoch > 4
+    assert all(math.isfinite(e["val_loss"]) and e["val_loss"] < math.log(log["data"]["tgt_vocab"]) + 1
+               for e in log["epochs"])
+    best = load_checkpoint(whole / "best.pt")
+    assert best["epoch"] == log["best"]["epoch"] and math.isclose(best["val_loss"], log["best"]["val_loss"], rel_tol=1e-4)
+    assert best["config"]["model"]["d_model"] == 32 and best["config"]["model"]["src_vocab_size"] == len(best["src_vocab"])
+    assert best["config"]["data"]["lowercase"] is True
+    assert best["src_vocab"].itos[:4] == ["<pad>", "<unk>", "<bos>", "<eos>"]
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["finished"] and summary["best"] == log["best"]
+
+    # the same run, stopped in the middle of its first epoch and resumed: the same weights at the end
+    stop_at = steps_per_epoch // 2
+    assert run_cli(tmp_path, "resumed", "--epochs", "2", "--max-steps", str(stop_at)) == 0
+    interrupted = json.loads((tmp_path / "resumed" / "log.json").read_text())
+    assert not interrupted["finished"] and interrupted["steps"][-1]["step"] == stop_at and not interrupted["epochs"]
+    assert run_cli(tmp_path, "resumed", "--epochs", "2") == 2, "an existing run is not overwritten without --resume"
+    assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume", "--d-model", "64") == 2, "other settings: refused"
+    assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume") == 0
+    resumed = json.loads((tmp_path / "resumed" / "log.json").read_text())
+    assert resumed["finished"] and [e["step"] for e in resumed["epochs"]] == [e["step"] for e in log["epochs"]]
+    assert [r["resumed_at_step"] for r in resumed["runs"]] == [0, stop_at]
+    for a, b in zip(resumed["epochs"], log["epochs"]):
+        assert math.isclose(a["val_loss"], b["val_loss"], rel_tol=1e-5)
+    torch.testing.assert_close(flat_params(load_checkpoint(tmp_path / "resumed" / "last.pt")["model"]),
+                               flat_params(load_checkpoint(whole / "last.pt")["model"]))
+
+    # a finished run goes on for more epochs with --resume
+    assert run_cli(tmp_path, "whole", "--epochs", "3", "--resume") == 0
+    assert [e["epoch"] for e in json.loads((whole / "log.json").read_text())["epochs"]] == [1, 2, 3]
