@@ -227,11 +227,17 @@ def test_split_heads_and_merge_heads():
     torch.testing.assert_close(merge_heads(heads), x)
     with pytest.raises(ValueError, match=r"12.*5"):
         split_heads(x, 5)
+    with pytest.raises(ValueError, match=r"\[2, 12\]"):
+        split_heads(x[:, 0], 4)
+    with pytest.raises(ValueError, match=r"\[2, 3, 12\]"):
+        merge_heads(x)
 
 
 def test_multi_head_attention_rejects_d_model_not_divisible_by_n_heads():
     with pytest.raises(ValueError, match=r"10.*3"):
         MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match=r"8.*0"):
+        MultiHeadAttention(8, 0)
 
 
 def test_multi_head_attention_attributes():
@@ -248,22 +254,28 @@ def test_multi_head_attention_attributes():
 
 @pytest.mark.parametrize("need_weights", [True, False])
 @pytest.mark.parametrize("mask_kind", ["none", "padding", "full"])
-def test_multi_head_attention_matches_nn_multihead_attention(need_weights, mask_kind):
+@pytest.mark.parametrize("inputs", ["self", "cross", "distinct"])
+def test_multi_head_attention_matches_nn_multihead_attention(need_weights, mask_kind, inputs):
     ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.0)).double()
     ours.need_weights = need_weights
     theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.0, batch_first=True).double()
     copy_attention(ours, theirs)
-    query, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 6, D_MODEL).double()
+    query, key, value = (torch.randn(3, length, D_MODEL).double() for length in (4, 6, 6))
+    if inputs == "self":  # one tensor for all three (Tq = Tk)
+        query = key = value = torch.randn(3, 6, D_MODEL).double()
+    elif inputs == "cross":  # keys and values from the same memory
+        value = key
     keep_keys = lengths_to_keep([6, 2, 4], 6)
     if mask_kind == "none":
         mask, their_masks = None, {}
     elif mask_kind == "padding":
         mask, their_masks = keep_keys[:, None, None, :], {"key_padding_mask": ~keep_keys}
     else:  # a different mask for every batch element and query, shared by the heads
-        mask = (torch.rand(3, 1, 4, 6) > 0.5) | torch.eye(4, 6, dtype=torch.bool)
-        their_masks = {"attn_mask": ~mask.expand(3, N_HEADS, 4, 6).reshape(3 * N_HEADS, 4, 6)}
-    expected, expected_weights = theirs(query, memory, memory, average_attn_weights=False, **their_masks)
-    torch.testing.assert_close(ours(query, memory, memory, mask), expected)
+        t_q = query.size(1)
+        mask = (torch.rand(3, 1, t_q, 6) > 0.5) | torch.eye(t_q, 6, dtype=torch.bool)
+        their_masks = {"attn_mask": ~mask.expand(3, N_HEADS, t_q, 6).reshape(3 * N_HEADS, t_q, 6)}
+    expected, expected_weights = theirs(query, key, value, average_attn_weights=False, **their_masks)
+    torch.testing.assert_close(ours(query, key, value, mask), expected)
     if need_weights:
         torch.testing.assert_close(ours.attn, expected_weights)
     else:
@@ -307,6 +319,25 @@ def test_fast_path_equals_weights_path_including_fully_masked_rows_and_gradients
         torch.testing.assert_close(fast_grad, slow_grad)
     # a query that attends to nothing passes on only the output projection's bias
     torch.testing.assert_close(fast[2], mha.w_o.bias.expand(4, D_MODEL))
+
+
+def test_fast_path_stays_finite_where_torch_sdpa_gives_nan(monkeypatch):
+    """Some PyTorch versions' F.scaled_dot_product_attention return NaN for a query with no key to attend to."""
+    def nan_sdpa(query, key, value, attn_mask=None, dropout_p=0.0):
+        scores = (query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))).masked_fill(~attn_mask, -math.inf)
+        return scores.softmax(dim=-1) @ value
+
+    mha = MultiHeadAttention(D_MODEL, N_HEADS).eval()
+    x = torch.randn(2, 3, D_MODEL)
+    mask = torch.tensor([True, True, False]).expand(2, 1, 3, 3).clone()
+    mask[1] = False
+    expected = mha(x, x, x, mask)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", nan_sdpa)
+    mha.need_weights = False
+    output = mha(x, x, x, mask)
+    torch.testing.assert_close(output, expected)
+    output.sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in mha.parameters())
 
 
 def test_fast_path_equals_weights_path_in_train_mode_with_the_same_seed():
@@ -388,35 +419,45 @@ def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first):
     torch.testing.assert_close(output, expected)
 
 
+def residual_oracle(x, sublayers, norms, p, norm_first):
+    """Sublayers with their residual connections, written from the paper (Post-LN) or Pre-LN, dropout p."""
+    for sublayer, norm in zip(sublayers, norms):
+        layer_norm = lambda y: F.layer_norm(y, (D_MODEL,), norm.gamma, norm.beta)  # noqa: E731
+        if norm_first:
+            x = x + F.dropout(sublayer(layer_norm(x)).contiguous(), p)
+        else:
+            x = layer_norm(x + F.dropout(sublayer(x).contiguous(), p))
+    return x
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_layers_in_train_mode_match_their_definition_with_the_same_seed(norm_first):
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_layers_in_train_mode_match_their_definition_with_the_same_seed(kind, norm_first):
     """Dropout where the contract puts it: on the attention weights, inside the feed-forward network and
     on each sublayer's output before the residual sum; the oracle draws its masks in the same order."""
     p = 0.3
-    ours = randomize_(DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=p, norm_first=norm_first)).double().train()
-    self_attn, cross_attn = (nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double() for _ in "ab")
+    layer_class = EncoderLayer if kind == "encoder" else DecoderLayer
+    ours = randomize_(layer_class(D_MODEL, N_HEADS, D_FF, dropout=p, norm_first=norm_first)).double().train()
+    ff = ours.feed_forward
+    self_attn = nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double()
     copy_attention(ours.self_attn, self_attn)
-    copy_attention(ours.cross_attn, cross_attn)
-    ff, norms = ours.feed_forward, (ours.norm1, ours.norm2, ours.norm3)
-
-    def oracle(x, memory, causal):
-        sublayers = (lambda y: self_attn(y, y, y, attn_mask=causal)[0],
-                     lambda y: cross_attn(y, memory, memory)[0],
-                     lambda y: ff.linear2(F.dropout(F.relu(ff.linear1(y)), p)))
-        for sublayer, norm in zip(sublayers, norms):
-            layer_norm = lambda y: F.layer_norm(y, (D_MODEL,), norm.gamma, norm.beta)  # noqa: E731
-            if norm_first:
-                x = x + F.dropout(sublayer(layer_norm(x)).contiguous(), p)
-            else:
-                x = layer_norm(x + F.dropout(sublayer(x).contiguous(), p))
-        return x
-
     x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 5, D_MODEL).double()
+    keep = lengths_to_keep([4, 2], 4)
+    if kind == "encoder":
+        mask, sublayers = keep[:, None, None, :], [lambda y: self_attn(y, y, y, key_padding_mask=~keep)[0]]
+    else:
+        cross_attn = nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double()
+        copy_attention(ours.cross_attn, cross_attn)
+        mask = causal_mask(4)
+        sublayers = [lambda y: self_attn(y, y, y, attn_mask=~mask[0, 0])[0],
+                     lambda y: cross_attn(y, memory, memory)[0]]
+    sublayers.append(lambda y: ff.linear2(F.dropout(F.relu(ff.linear1(y)), p)))
+    norms = (ours.norm1, ours.norm2) if kind == "encoder" else (ours.norm1, ours.norm2, ours.norm3)
     with sdpa_kernel(SDPBackend.MATH):
         torch.manual_seed(11)
-        output = ours(x, memory, tgt_mask=causal_mask(4))
+        output = ours(x, mask) if kind == "encoder" else ours(x, memory, tgt_mask=mask)
         torch.manual_seed(11)
-        expected = oracle(x, memory, causal=~causal_mask(4)[0, 0])
+        expected = residual_oracle(x, sublayers, norms, p, norm_first)
     torch.testing.assert_close(output, expected)
 
 
@@ -584,3 +625,12 @@ def test_layers_are_distinct_modules_with_their_own_weights():
         assert stack[0] is not stack[1]
         assert not torch.equal(stack[0].self_attn.w_q.weight, stack[1].self_attn.w_q.weight)
     assert not torch.equal(model.src_embed.embedding.weight[:19], model.tgt_embed.embedding.weight)
+
+
+@pytest.mark.parametrize("query, key, value, what", [
+    (torch.zeros(2, 3, 4), torch.zeros(2, 5, 6), torch.zeros(2, 5, 4), "same last dimension"),
+    (torch.zeros(2, 3, 4), torch.zeros(2, 5, 4), torch.zeros(2, 6, 4), "same length"),
+])
+def test_attention_rejects_mismatched_shapes(query, key, value, what):
+    with pytest.raises(ValueError, match=what):
+        scaled_dot_product_attention(query, key, value)

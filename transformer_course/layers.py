@@ -82,12 +82,14 @@ class DecoderLayer(nn.Module):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = residual(x, lambda y: self.self_attn(y, y, y, tgt_mask), self.norm1, self.dropout, self.norm_first)
         # Queries come from the target, keys and values from the source: src_mask hides source padding.
-        x = residual(x, lambda y: self.cross_attn(y, memory, memory, src_mask), self.norm2, self.dropout, self.norm_first)
+        x = residual(x, lambda y: self.cross_attn(y, memory, memory, src_mask),
+                     self.norm2, self.dropout, self.norm_first)
         return residual(x, self.feed_forward, self.norm3, self.dropout, self.norm_first)
 
 
 class Encoder(nn.Module):
-    """n_layers distinct EncoderLayers; Pre-LN ends with a final LayerNorm, as its residual stream is never normalised."""
+    """n_layers distinct EncoderLayers, then (Pre-LN only) a final LayerNorm: Pre-LN never normalises the
+    residual stream itself, so its output needs one."""
 
     def __init__(self, n_layers, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
         super().__init__()
