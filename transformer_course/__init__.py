@@ -10,6 +10,8 @@ from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, Pos
 from .model import Transformer
 from .data import Vocab, build_vocab
 from .training import label_smoothing_loss, load_checkpoint, noam_lr, save_checkpoint, train_step
+from .decoding import beam_search, greedy_decode
+from .bleu import corpus_bleu
 
 __all__ = [
     # 01_positional_encoding
@@ -26,4 +28,6 @@ __all__ = [
     "EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer",
     # 07_training
     "build_vocab", "Vocab", "label_smoothing_loss", "noam_lr", "train_step", "save_checkpoint", "load_checkpoint",
+    # 08_decoding_bleu
+    "greedy_decode", "beam_search", "corpus_bleu",
 ]

@@ -1,0 +1,228 @@
+"""Turning a trained model into translations (notebook 08): greedy decoding and beam search.
+
+Both decoders use only ``model.encode``, ``model.decode``, ``model.generator`` and ``model.pad_idx``, so
+any model with those four (the course's ``Transformer``, or a stub in a test) can be decoded.
+
+Beam search follows the paper (section 6.1: beam 4, length penalty alpha = 0.6), whose length penalty
+is the one of Wu et al. (2016), "Google's Neural Machine Translation System":
+
+    score(Y) = log P(Y | X) / lp(Y),    lp(Y) = ((5 + |Y|) / 6) ** alpha,
+
+with |Y| the number of tokens after <bos> (the final <eos> included).
+"""
+import torch
+import torch.nn.functional as F
+
+from .masks import causal_mask, padding_mask
+
+__all__ = ["greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree", "length_penalty", "strip_specials", "translate"]
+
+
+def _next_log_probs(model, ys, memory, src_mask):
+    """log P(next token | ys, source) for every row of ys [N, t]: [N, vocab]."""
+    hidden = model.decode(ys, memory, src_mask, causal_mask(ys.size(1), device=ys.device))
+    return F.log_softmax(model.generator(hidden[:, -1]).float(), dim=-1)
+
+
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_idx, eos_idx):
+    """src [B, S] -> LongTensor [B, L], L <= max_len: <bos>, then the most likely next token each step.
+
+    After a row's <eos> it only gets padding; decoding stops as soon as every row has produced <eos>.
+    """
+    if src.dim() != 2:
+        raise ValueError(f"src must be a [batch, seq] tensor of ids, got shape {list(src.shape)}")
+    if max_len < 1:
+        raise ValueError(f"max_len must be at least 1 (room for <bos>), got {max_len}")
+    src_mask = padding_mask(src, model.pad_idx)
+    memory = model.encode(src, src_mask)
+    ys = torch.full((src.size(0), 1), bos_idx, dtype=torch.long, device=src.device)
+    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    while ys.size(1) < max_len and not finished.all():
+        next_tokens = _next_log_probs(model, ys, memory, src_mask).argmax(dim=-1)
+        next_tokens = next_tokens.masked_fill(finished, model.pad_idx)   # finished rows only get padding
+        ys = torch.cat([ys, next_tokens[:, None]], dim=1)
+        finished |= next_tokens == eos_idx
+    return ys
+
+
+def length_penalty(n, alpha):
+    """Wu et al.'s lp = ((5 + n) / 6) ** alpha for a hypothesis of n tokens after <bos>."""
+    return ((5 + n) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty=0.6):
+    """The best translation of one sentence, src [1, S], as a list of ids (<bos> first, <eos> last if produced).
+
+    Each step extends every live hypothesis by every token and keeps the `beam_size` extensions with the
+    highest sum of log-probabilities; those ending in <eos> are set aside as finished, the others stay
+    live. The search stops when no hypothesis is live or the live ones have `max_len` ids. The answer is
+    the finished or remaining hypothesis with the best sum / ((5 + n) / 6) ** length_penalty, n = ids
+    after <bos>. With beam_size=1 this is greedy decoding.
+    """
+    if src.dim() != 2 or src.size(0) != 1:
+        raise ValueError(f"beam_search translates one sentence: src must have shape [1, S], got {list(src.shape)}")
+    if beam_size < 1 or max_len < 1:
+        raise ValueError(f"beam_size and max_len must be at least 1, got {beam_size} and {max_len}")
+    alpha = length_penalty
+    src_mask = padding_mask(src, model.pad_idx)
+    memory = model.encode(src, src_mask)
+    live = torch.full((1, 1), bos_idx, dtype=torch.long, device=src.device)     # [k, t]
+    live_scores = torch.zeros(1, dtype=torch.float64, device=src.device)        # sum of log-probs
+    finished = []                                                               # (sum, ids)
+    while live.size(0) and live.size(1) < max_len:
+        k = live.size(0)
+        log_probs = _next_log_probs(model, live, memory.expand(k, *memory.shape[1:]), src_mask)
+        vocab_size = log_probs.size(-1)
+        candidates = (live_scores[:, None] + log_probs.double()).flatten()     # [k * vocab]
+        scores, index = candidates.topk(min(beam_size, candidates.numel()))
+        rows, tokens = index // vocab_size, index % vocab_size
+        extended = torch.cat([live[rows], tokens[:, None]], dim=1)
+        ended = tokens == eos_idx
+        finished += zip(scores[ended].tolist(), extended[ended].tolist())
+        live, live_scores = extended[~ended], scores[~ended]
+        if finished and live.size(0) and alpha >= 0:
+            # Stop early when no live hypothesis can beat the best finished one any more: log-probabilities are
+            # <= 0, so a descendant's sum is at most its ancestor's, and the penalty is at most lp(max_len - 1).
+            # The answer is the same as when searching on to max_len (which the contract describes).
+            best_finished = max(total / length_penalty_of(ids, alpha) for total, ids in finished)
+            if live_scores.max().item() / ((5 + max_len - 1) / 6) ** alpha <= best_finished:
+                live, live_scores = live[:0], live_scores[:0]
+    hypotheses = finished + list(zip(live_scores.tolist(), live.tolist()))
+    best = max(hypotheses, key=lambda h: h[0] / length_penalty_of(h[1], alpha))
+    return best[1]
+
+
+def length_penalty_of(ids, alpha):
+    """lp of a hypothesis given as its ids, <bos> included (n = len(ids) - 1)."""
+    return ((5 + len(ids) - 1) / 6) ** alpha
+
+
+@torch.no_grad()
+def beam_search_batch(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty=0.6):
+    """`beam_search` for every sentence of a padded batch src [B, S] at once: a list of B id lists.
+
+    Each sentence is searched exactly as `beam_search` does it, with `max_len` (an int, or one per sentence);
+    only the decoder runs on the live hypotheses of all sentences together (they all have the same length
+    at a given step), which is much faster than one sentence at a time.
+    """
+    if src.dim() != 2:
+        raise ValueError(f"src must be a [batch, seq] tensor of ids, got shape {list(src.shape)}")
+    alpha, n_sentences = length_penalty, src.size(0)
+    max_lens = [max_len] * n_sentences if isinstance(max_len, int) else [int(m) for m in max_len]
+    if beam_size < 1 or len(max_lens) != n_sentences or min(max_lens) < 1:
+        raise ValueError(f"beam_size and max_len must be at least 1 (max_len: an int or one per sentence), "
+                         f"got {beam_size} and {max_len}")
+    src_mask = padding_mask(src, model.pad_idx)
+    memory = model.encode(src, src_mask)
+    live = [torch.full((1, 1), bos_idx, dtype=torch.long, device=src.device) for _ in range(n_sentences)]
+    live_scores = [torch.zeros(1, dtype=torch.float64, device=src.device) for _ in range(n_sentences)]
+    finished = [[] for _ in range(n_sentences)]
+    length = 1
+    while True:
+        active = [b for b in range(n_sentences) if live[b].size(0) and length < max_lens[b]]
+        if not active:
+            break
+        owner = torch.tensor([b for b in active for _ in range(live[b].size(0))], device=src.device)
+        log_probs = _next_log_probs(model, torch.cat([live[b] for b in active]), memory[owner], src_mask[owner])
+        log_probs = log_probs.double().split([live[b].size(0) for b in active])
+        for b, lp in zip(active, log_probs):
+            vocab_size = lp.size(-1)
+            candidates = (live_scores[b][:, None] + lp).flatten()
+            scores, index = candidates.topk(min(beam_size, candidates.numel()))
+            rows, tokens = index // vocab_size, index % vocab_size
+            extended = torch.cat([live[b][rows], tokens[:, None]], dim=1)
+            ended = tokens == eos_idx
+            finished[b] += zip(scores[ended].tolist(), extended[ended].tolist())
+            live[b], live_scores[b] = extended[~ended], scores[~ended]
+            if finished[b] and live[b].size(0) and alpha >= 0:     # the same early stop as beam_search
+                best_finished = max(total / length_penalty_of(ids, alpha) for total, ids in finished[b])
+                if live_scores[b].max().item() / ((5 + max_lens[b] - 1) / 6) ** alpha <= best_finished:
+                    live[b] = live[b][:0]
+                    live_scores[b] = live_scores[b][:0]
+        length += 1
+    answers = []
+    for b in range(n_sentences):
+        hypotheses = finished[b] + list(zip(live_scores[b].tolist(), live[b].tolist()))
+        answers.append(max(hypotheses, key=lambda h: h[0] / length_penalty_of(h[1], alpha))[1])
+    return answers
+
+
+@torch.no_grad()
+def beam_search_tree(model, src, beam_size, max_len, bos_idx, eos_idx):
+    """What `beam_search` looks at, step by step, for drawing its search tree: a list with one entry per
+    step, each a list of every candidate extension as a dict with "ids" (a tuple, <bos> first), "total"
+    (sum of log-probabilities) and "status": "live" (kept, goes on), "finished" (kept, ends in <eos>)
+    or "pruned" (not among the beam_size best)."""
+    src_mask = padding_mask(src, model.pad_idx)
+    memory = model.encode(src, src_mask)
+    live = [((bos_idx,), 0.0)]
+    steps = []
+    while live and len(live[0][0]) < max_len:
+        ys = torch.tensor([ids for ids, _ in live], dtype=torch.long, device=src.device)
+        log_probs = _next_log_probs(model, ys, memory.expand(len(live), *memory.shape[1:]), src_mask).double()
+        candidates = [(ids + (token,), total + log_probs[row, token].item())
+                      for row, (ids, total) in enumerate(live) for token in range(log_probs.size(-1))]
+        candidates.sort(key=lambda c: -c[1])
+        step = []
+        for rank, (ids, total) in enumerate(candidates):
+            status = "pruned" if rank >= beam_size else "finished" if ids[-1] == eos_idx else "live"
+            step.append({"ids": ids, "total": total, "status": status})
+        steps.append(step)
+        live = [(c["ids"], c["total"]) for c in step if c["status"] == "live"]
+    return steps
+
+
+def strip_specials(ids, bos_idx, eos_idx, pad_idx):
+    """The ids of a decoded hypothesis without <bos>, and cut at the first <eos> (padding dropped)."""
+    out = []
+    for i in (ids.tolist() if isinstance(ids, torch.Tensor) else ids):
+        if i == eos_idx:
+            break
+        if i not in (bos_idx, pad_idx):
+            out.append(i)
+    return out
+
+
+@torch.no_grad()
+def translate(model, sentences, src_vocab, tgt_vocab, beam_size=1, alpha=0.6, max_extra=50, batch_size=64,
+              device=None, progress=False):
+    """Token lists in the source language -> token lists in the target language.
+
+    The source gets <eos> appended (as in training, `transformer_course.data.TranslationDataset`); each
+    output may have up to len(source) + max_extra tokens (the paper's limit, section 6.1). beam_size=1
+    decodes greedily; otherwise with beam search (`beam_search_batch`), `batch_size` sentences at a time.
+    """
+    from .data import BOS, EOS, PAD
+
+    device = device or next(model.parameters()).device
+    src_eos = src_vocab.stoi[EOS]
+    bos, eos, pad = tgt_vocab.stoi[BOS], tgt_vocab.stoi[EOS], tgt_vocab.stoi[PAD]
+    encoded = [src_vocab.encode(tokens) + [src_eos] for tokens in sentences]
+    results = [None] * len(encoded)
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))   # similar lengths batch well
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(encoded), unit="sent", desc="translating")
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        longest = max(len(encoded[i]) for i in chunk)
+        src = torch.full((len(chunk), longest), src_vocab.stoi[PAD], dtype=torch.long)
+        for row, i in enumerate(chunk):
+            src[row, :len(encoded[i])] = torch.tensor(encoded[i])
+        src = src.to(device)
+        max_lens = [len(encoded[i]) + max_extra + 1 for i in chunk]    # each sentence's own limit; + 1 for <bos>
+        if beam_size == 1:       # greedy rows are the same whatever the batch: cut each at its own limit
+            outputs = [row[:limit] for row, limit in zip(greedy_decode(model, src, max(max_lens), bos, eos).tolist(),
+                                                         max_lens)]
+        else:
+            outputs = beam_search_batch(model, src, beam_size, max_lens, bos, eos, alpha)
+        for i, ids in zip(chunk, outputs):
+            results[i] = tgt_vocab.decode(strip_specials(ids, bos, eos, pad))
+        if bar is not None:
+            bar.update(len(chunk))
+    if bar is not None:
+        bar.close()
+    return results
