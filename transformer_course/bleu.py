@@ -140,23 +140,28 @@ def capitalize_first(text):
     return text[:1].upper() + text[1:]
 
 
-def bleu_report(hypothesis_tokens, reference_texts, reference_tokens=None, tokenize=None, capitalize=False):
+def bleu_report(hypothesis_tokens, reference_texts, reference_tokens=None, tokenize=None, capitalize=False,
+                detokenizer=None):
     """Both BLEU figures for a test set.
 
     hypothesis_tokens: the model's output as token lists (no <bos>/<eos>/<pad>); reference_texts: the raw
     reference sentences; reference_tokens: the references as token lists (else `tokenize(reference_texts)`,
     default spaCy English as in `transformer_course.data`). With `capitalize` (for a model trained on
     lowercased text) each detokenised hypothesis starts with a capital letter before sacreBLEU scores it.
+    `detokenizer`: tokens -> text for output that is not made of words (subword pieces); the text is then
+    tokenised like the references for the lowercased tokenised figure.
     """
     hypothesis_tokens, reference_texts = list(hypothesis_tokens), list(reference_texts)
-    if reference_tokens is None:
-        if tokenize is None:
-            from .data import tokenize as spacy_tokenize
+    if tokenize is None:
+        from .data import tokenize as spacy_tokenize
 
-            def tokenize(texts):
-                return spacy_tokenize(texts, "en")
+        def tokenize(texts):
+            return spacy_tokenize(texts, "en")
+    if reference_tokens is None:
         reference_tokens = tokenize(reference_texts)
-    texts = [detokenize(h) for h in hypothesis_tokens]
+    texts = [(detokenizer or detokenize)(h) for h in hypothesis_tokens]
+    if detokenizer is not None:
+        hypothesis_tokens = tokenize(texts)
     if capitalize:
         texts = [capitalize_first(t) for t in texts]
     cased, signature = sacrebleu_score(texts, reference_texts)

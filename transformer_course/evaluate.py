@@ -16,23 +16,36 @@ The checkpoint is one written by `python -m transformer_course.train` (or `save_
 import argparse
 import json
 import time
+from typing import NamedTuple
 
 import torch
 
 from . import data
-from .bleu import bleu_report, capitalize_first, detokenize
+from .bleu import BleuReport, bleu_report, capitalize_first, detokenize
 from .decoding import translate
 
 
+class Evaluation(NamedTuple):
+    report: BleuReport        # the BLEU figures
+    hypotheses: list          # the model's output, token lists
+    texts: list               # the same as text, as sacreBLEU scored it
+    references: list          # the reference sentences
+    seconds: float            # time taken to translate
+
+
 def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=4, alpha=0.6, max_extra=50, batch_size=64,
-             limit=None, lowercase=False, device=None, progress=False, **fetch_options):
-    """Translate `split` of Multi30k with the model; returns (BleuReport, hypotheses as token lists,
-    reference sentences, seconds taken). `lowercase`: the model was trained on lowercased text (its input is
-    lowercased, and its detokenised output gets a capital first letter before cased sacreBLEU)."""
+             limit=None, lowercase=False, subword=None, device=None, progress=False, **fetch_options):
+    """Translate `split` of Multi30k with the model and score it: an Evaluation. `lowercase`: the model was
+    trained on lowercased text (its input is lowercased, and its detokenised output gets a capital first
+    letter before cased sacreBLEU). `subword`: the SubwordTokenizer of a model trained on subwords (the
+    source is cut into its pieces and the output pieces are joined back into text)."""
     german, english = data.load_split(split, **fetch_options)
     if limit is not None:
         german, english = german[:limit], english[:limit]
-    sources = data.tokenize(german, "de", lowercase=lowercase)
+    if subword is not None:
+        sources = subword.encode([s.lower() for s in german] if lowercase else german)
+    else:
+        sources = data.tokenize(german, "de", lowercase=lowercase)
     start = time.perf_counter()
     was_training = model.training
     model.eval()
@@ -43,8 +56,12 @@ def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=4, alpha=0.6, 
         model.train(was_training)
     seconds = time.perf_counter() - start
     references = [" ".join(sentence.split()) for sentence in english]     # stray double spaces in the data
-    report = bleu_report(hypotheses, references, data.tokenize(references, "en"), capitalize=lowercase)
-    return report, hypotheses, references, seconds
+    detokenizer = subword.decode if subword is not None else detokenize
+    report = bleu_report(hypotheses, references, data.tokenize(references, "en"), capitalize=lowercase,
+                         detokenizer=subword.decode if subword is not None else None)
+    texts = [detokenizer(h) for h in hypotheses]
+    texts = [capitalize_first(t) for t in texts] if lowercase else texts
+    return Evaluation(report, hypotheses, texts, references, seconds)
 
 
 def build_parser():
@@ -87,15 +104,16 @@ def main(argv=None):
     lowercase = bool((config.get("data") or {}).get("lowercase", config.get("lowercase", False)))
     fetch_options = {key: value for key, value in (("mirror", args.mirror), ("cache_dir", args.cache_dir))
                      if value is not None}
-    report, hypotheses, references, seconds = evaluate(
+    result = evaluate(
         model, checkpoint["src_vocab"], checkpoint["tgt_vocab"], split=args.split, beam_size=args.beam,
         alpha=args.alpha, max_extra=args.max_extra, batch_size=args.batch_size, limit=args.limit,
-        lowercase=lowercase, device=device, progress=not args.no_progress, **fetch_options)
+        lowercase=lowercase, subword=checkpoint.get("subword"), device=device, progress=not args.no_progress,
+        **fetch_options)
+    report, texts, references, seconds = result.report, result.texts, result.references, result.seconds
 
     decoding = "greedy" if args.beam == 1 else f"beam {args.beam}, alpha {args.alpha:g}"
     print(f"{args.checkpoint}: {report.n_sentences} sentences of Multi30k {args.split} ({decoding}) "
           f"in {seconds:.1f} s on {device}")
-    texts = [capitalize_first(detokenize(h)) if lowercase else detokenize(h) for h in hypotheses]
     for text, reference in list(zip(texts, references))[:args.show]:
         print(f"  reference:   {reference}\n  translation: {text}")
     print(f"sacreBLEU                  {report.sacrebleu:6.2f}   {report.signature}")

@@ -11,8 +11,12 @@ class Transformer(nn.Module):
     """Source tokens -> encoder memory; target tokens + memory -> decoder states -> next-token logits."""
 
     def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, num_encoder_layers=6,
-                 num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, pad_idx=0, norm_first=False):
+                 num_decoder_layers=6, d_ff=2048, dropout=0.1, max_len=5000, pad_idx=0, norm_first=False,
+                 tie_embeddings=False):
         super().__init__()
+        if tie_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError("tie_embeddings needs one vocabulary for both languages, got sizes "
+                             f"{src_vocab_size} and {tgt_vocab_size}")
         self.src_embed = TokenEmbedding(src_vocab_size, d_model, padding_idx=pad_idx)
         self.tgt_embed = TokenEmbedding(tgt_vocab_size, d_model, padding_idx=pad_idx)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)  # no parameters: shared by both sides
@@ -20,6 +24,10 @@ class Transformer(nn.Module):
         self.decoder = Decoder(num_decoder_layers, d_model, n_heads, d_ff, dropout, norm_first)
         self.generator = nn.Linear(d_model, tgt_vocab_size)
         self.pad_idx = pad_idx
+        if tie_embeddings:
+            # One matrix for source embedding, target embedding and output layer (the paper, section 3.4).
+            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
+            self.generator.weight = self.src_embed.embedding.weight
         # Xavier-uniform for every matrix, embeddings included (so their padding rows are not zero:
         # padding keys are masked out and padding_idx keeps those rows from being trained).
         for p in self.parameters():

@@ -3,9 +3,22 @@
 A failing check raises ``AssertionError`` with a sentence a student can act on: what was called,
 what came back, what was expected and, where a known mistake explains the difference, which one.
 """
+import builtins
 import contextlib
 
 import torch
+
+# Taken when this module is imported, before any student code runs: a submission that later replaces
+# torch.allclose or isinstance (to pass every test) does not change what these checks call.
+_allclose = torch.allclose
+_isinstance = builtins.isinstance
+_no_subclass_tricks = torch._C.DisableTorchFunctionSubclass
+
+
+def _plain_float64(t):
+    """A plain float64 CPU copy: a tensor subclass cannot override the comparisons made on it."""
+    with _no_subclass_tricks():
+        return t.detach().to(torch.float64).cpu().as_subclass(torch.Tensor)
 
 
 def _shape(t):
@@ -14,7 +27,7 @@ def _shape(t):
 
 def check_tensor(actual, what, *, shape=None, dtype=None):
     """``actual`` is a tensor with the given shape and dtype (either may be None: not checked)."""
-    assert isinstance(actual, torch.Tensor), f"{what} should return a torch.Tensor, got {type(actual).__name__}"
+    assert _isinstance(actual, torch.Tensor), f"{what} should return a torch.Tensor, got {type(actual).__name__}"
     if shape is not None and list(actual.shape) != list(shape):
         hint = ""
         if actual.dim() == len(shape) + 1 and actual.shape[0] == 1 and list(actual.shape[1:]) == list(shape):
@@ -34,17 +47,16 @@ def assert_close(actual, expected, what, *, atol=1e-5, rtol=1e-4, dtype=None, mi
     names it.
     """
     check_tensor(actual, what, shape=expected.shape, dtype=dtype)
-    actual_cmp = actual.detach().to(torch.float64).cpu()
-    expected_cmp = expected.detach().to(torch.float64).cpu()
+    actual_cmp, expected_cmp = _plain_float64(actual), _plain_float64(expected)
     if not torch.isfinite(actual_cmp).all() and torch.isfinite(expected_cmp).all():
         bad = (~torch.isfinite(actual_cmp)).nonzero()[0].tolist()
         raise AssertionError(f"{what} contains NaN or inf (first at index {bad}); every value should be finite")
-    if torch.allclose(actual_cmp, expected_cmp, atol=atol, rtol=rtol):
+    if _allclose(actual_cmp, expected_cmp, atol=atol, rtol=rtol):
         return
     for description, produced in (mistakes or {}).items():
         produced = produced() if callable(produced) else produced
-        produced = produced.detach().to(torch.float64).cpu()
-        if produced.shape == actual_cmp.shape and torch.allclose(actual_cmp, produced, atol=atol, rtol=rtol):
+        produced = _plain_float64(produced)
+        if produced.shape == actual_cmp.shape and _allclose(actual_cmp, produced, atol=atol, rtol=rtol):
             raise AssertionError(f"{what} is wrong: it looks like {description}")
     diff = (actual_cmp - expected_cmp).abs()
     worst = divmod_index(diff.argmax().item(), diff.shape)

@@ -30,14 +30,17 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .data import (PAD, TokenBatchSampler, TranslationDataset, Vocab, build_vocab, collate_batch,
+from .cpu import flush_denormals, use_fast_dropout
+from .data import (PAD, SPECIALS, TokenBatchSampler, TranslationDataset, Vocab, build_vocab, collate_batch,
                    default_cache_dir, load_split, tokenize)
 from .model import Transformer
+from .subword import SubwordTokenizer
 
 __all__ = [
     "label_smoothing_loss", "noam_lr", "noam_scheduler", "train_step", "evaluate",
     "save_checkpoint", "load_checkpoint", "choose_device",
-    "CONFIGS", "make_config", "TrainingData", "load_multi30k", "batches_of", "train",
+    "CONFIGS", "RECIPE_FILE", "make_config", "load_config", "TrainingData", "load_multi30k", "batches_of",
+    "average_checkpoints", "train",
 ]
 
 
@@ -163,7 +166,7 @@ def save_checkpoint(path, model, src_vocab, tgt_vocab, config, **extra):
 def load_checkpoint(path, map_location="cpu"):
     """A checkpoint written by `save_checkpoint`, as a dict: "model" (a Transformer rebuilt from the config,
     weights loaded, in eval mode), "src_vocab" and "tgt_vocab" (Vocab), "config" (a plain dict) and the
-    extra entries it was saved with."""
+    extra entries it was saved with ("subword", when there is one, as a SubwordTokenizer)."""
     state = torch.load(path, map_location=map_location, weights_only=True)
     state.pop("format", None)
     config = state["config"]
@@ -172,7 +175,31 @@ def load_checkpoint(path, map_location="cpu"):
     if isinstance(map_location, (str, torch.device)):
         model.to(map_location)
     state.update(model=model.eval(), src_vocab=Vocab(state["src_vocab"]), tgt_vocab=Vocab(state["tgt_vocab"]))
+    if state.get("subword") is not None:
+        state["subword"] = SubwordTokenizer(state["subword"])
     return state
+
+
+def average_checkpoints(paths, out_path):
+    """Save to `out_path` the element-wise mean of the weights of the checkpoints in `paths` (the same model,
+    e.g. the last epochs of one run), with the vocabularies, config and subword model of the last one.
+    The average lies in the middle of the region the last updates wandered through, and usually
+    translates better than any single one of them."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint")
+    states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+    weights = [state["model"] for state in states]
+    if any(w.keys() != weights[0].keys() for w in weights):
+        raise ValueError(f"the checkpoints {[str(p) for p in paths]} do not hold the same model")
+    mean = {key: (sum(w[key].double() for w in weights) / len(weights)).to(weights[0][key].dtype)
+            if weights[0][key].is_floating_point() else weights[0][key] for key in weights[0]}
+    last = states[-1]
+    extra = {k: v for k, v in last.items() if k not in ("format", "model", "src_vocab", "tgt_vocab", "config")}
+    model = Transformer(**last["config"]["model"])
+    model.load_state_dict(mean)
+    return save_checkpoint(out_path, model, Vocab(last["src_vocab"]), Vocab(last["tgt_vocab"]), last["config"],
+                           **{**extra, "averaged": [str(p.name) for p in paths]})
 
 
 def _plain(value):
@@ -194,19 +221,46 @@ def _plain(value):
 CONFIGS = {
     "quick": {
         "model": {"d_model": 128, "n_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "d_ff": 256,
-                  "dropout": 0.1, "max_len": 256, "norm_first": False},
-        "data": {"max_train_pairs": 5000, "max_val_pairs": 500, "min_freq": 2, "lowercase": True},
+                  "dropout": 0.1, "max_len": 256, "norm_first": False, "tie_embeddings": False},
+        "data": {"max_train_pairs": 5000, "max_val_pairs": 500, "min_freq": 2, "lowercase": True,
+                 "tokenizer": "spacy", "vocab_size": None},
         "train": {"epochs": 6, "max_tokens": 1500, "warmup_steps": 200, "lr_factor": 1.0, "smoothing": 0.1, "clip": 1.0,
-                  "betas": [0.9, 0.98], "eps": 1e-9, "seed": 0, "max_steps": None},
+                  "betas": [0.9, 0.98], "eps": 1e-9, "seed": 0, "max_steps": None, "average_last": 0},
     },
     "full": {
         "model": {"d_model": 512, "n_heads": 8, "num_encoder_layers": 3, "num_decoder_layers": 3, "d_ff": 2048,
-                  "dropout": 0.1, "max_len": 256, "norm_first": False},
-        "data": {"max_train_pairs": None, "max_val_pairs": None, "min_freq": 2, "lowercase": True},
+                  "dropout": 0.1, "max_len": 256, "norm_first": False, "tie_embeddings": False},
+        "data": {"max_train_pairs": None, "max_val_pairs": None, "min_freq": 2, "lowercase": True,
+                 "tokenizer": "spacy", "vocab_size": None},
         "train": {"epochs": 20, "max_tokens": 4096, "warmup_steps": 2000, "lr_factor": 1.0, "smoothing": 0.1, "clip": 1.0,
-                  "betas": [0.9, 0.98], "eps": 1e-9, "seed": 0, "max_steps": None},
+                  "betas": [0.9, 0.98], "eps": 1e-9, "seed": 0, "max_steps": None, "average_last": 0},
     },
 }
+SECTIONS = ("model", "data", "train", "evaluate")
+
+# "recipe": the course's best model (transformer_course/recipes/multi30k_de_en.json), behind
+# `python -m transformer_course.reproduce`: subwords, tied embeddings, averaged weights, beam search.
+RECIPE_FILE = Path(__file__).parent / "recipes" / "multi30k_de_en.json"
+
+
+def load_config(path):
+    """A configuration file (JSON with "model", "data" and "train" sections, optionally "evaluate") as a dict;
+    the sections missing from it, and the keys missing from them, come from CONFIGS["full"]."""
+    stored = json.loads(Path(path).read_text(encoding="utf-8"))
+    unknown = sorted(set(stored) - set(SECTIONS) - {"about", "mode"})
+    if unknown:
+        raise ValueError(f"{path}: unknown sections {unknown}; a configuration has {list(SECTIONS)}")
+    config = copy.deepcopy(CONFIGS["full"])
+    config.setdefault("evaluate", {"beam_size": 4, "alpha": 0.6})
+    for section in SECTIONS:
+        extra = sorted(set(stored.get(section, {})) - set(config[section]))
+        if extra:
+            raise ValueError(f"{path}: unknown settings {section}.{extra}; known: {sorted(config[section])}")
+        config[section].update(stored.get(section, {}))
+    return config
+
+
+CONFIGS["recipe"] = load_config(RECIPE_FILE)
 
 
 def make_config(mode="quick", **overrides):
@@ -218,7 +272,7 @@ def make_config(mode="quick", **overrides):
     config["mode"] = mode
     for name, value in overrides.items():
         section, _, key = name.partition("__")
-        if section not in ("model", "data", "train") or key not in config[section]:
+        if section not in SECTIONS or key not in config.get(section, {}):
             raise ValueError(f"unknown setting {name!r}: use section__key with a key of {CONFIGS[mode]}")
         config[section][key] = value
     return config
@@ -257,24 +311,42 @@ class TrainingData(NamedTuple):
     val: TranslationDataset
     src_vocab: Vocab
     tgt_vocab: Vocab
+    subword: SubwordTokenizer = None   # the joint subword model, when the data is cut into subwords
 
 
-def load_multi30k(max_train_pairs=None, max_val_pairs=None, min_freq=2, lowercase=True, mirror=None,
-                  cache_dir=None):
+def load_multi30k(max_train_pairs=None, max_val_pairs=None, min_freq=2, lowercase=True, tokenizer="spacy",
+                  vocab_size=None, mirror=None, cache_dir=None):
     """Multi30k's train and validation pairs (the first `max_*_pairs` of each; None: all) as
-    TranslationDatasets, with the German and English vocabularies built from those training pairs.
-    `mirror`: a folder with the official files (default $MULTI30K_MIRROR, else download into the cache)."""
+    TranslationDatasets, with vocabularies built from those training pairs.
+
+    tokenizer="spacy": words, one vocabulary per language (tokens seen at least `min_freq` times);
+    "subword": SentencePiece BPE learnt on both languages' training text, `vocab_size` pieces, one vocabulary
+    shared by both sides. `mirror`: a folder with the official files (default $MULTI30K_MIRROR, else
+    download into the cache)."""
+    if tokenizer not in ("spacy", "subword"):
+        raise ValueError(f"tokenizer must be 'spacy' or 'subword', got {tokenizer!r}")
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    tokens = {}
+    texts = {}
     for split, limit in (("train", max_train_pairs), ("val", max_val_pairs)):
         german, english = load_split(split, cache_dir=cache_dir, mirror=mirror, progress=False)
-        german, english = german[:limit], english[:limit]
-        tokens[split] = (tokenize(german, "de", lowercase, cache_dir / "tokens"),
-                         tokenize(english, "en", lowercase, cache_dir / "tokens"))
-    src_vocab = build_vocab(tokens["train"][0], min_freq=min_freq)
-    tgt_vocab = build_vocab(tokens["train"][1], min_freq=min_freq)
+        texts[split] = (german[:limit], english[:limit])
+    if tokenizer == "spacy":
+        tokens = {split: (tokenize(german, "de", lowercase, cache_dir / "tokens"),
+                          tokenize(english, "en", lowercase, cache_dir / "tokens"))
+                  for split, (german, english) in texts.items()}
+        src_vocab = build_vocab(tokens["train"][0], min_freq=min_freq)
+        tgt_vocab = build_vocab(tokens["train"][1], min_freq=min_freq)
+        subword = None
+    else:
+        if lowercase:
+            texts = {split: [[t.lower() for t in side] for side in pair] for split, pair in texts.items()}
+        subword = SubwordTokenizer.train(texts["train"][0] + texts["train"][1], vocab_size or 8000,
+                                         cache_dir=cache_dir / "tokens")
+        tokens = {split: (subword.encode(german), subword.encode(english))
+                  for split, (german, english) in texts.items()}
+        src_vocab = tgt_vocab = Vocab([*SPECIALS, *(p for p in subword.pieces if p not in SPECIALS)])
     return TrainingData(TranslationDataset(*tokens["train"], src_vocab, tgt_vocab),
-                        TranslationDataset(*tokens["val"], src_vocab, tgt_vocab), src_vocab, tgt_vocab)
+                        TranslationDataset(*tokens["val"], src_vocab, tgt_vocab), src_vocab, tgt_vocab, subword)
 
 
 def batches_of(dataset, max_tokens, shuffle=False, seed=0, epoch=0, pad_idx=0):
@@ -389,6 +461,11 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     model = Transformer(**config["model"]).to(device)
     if hasattr(model, "set_need_weights"):
         model.set_need_weights(False)  # fused attention kernels: faster, the weights are not needed here
+    if device.type == "cpu":           # see transformer_course/cpu.py
+        flush_denormals()
+        use_fast_dropout(model)
+    # The subword model travels in every checkpoint: the vocabulary alone cannot cut new text into pieces.
+    tokenizer_entry = {"subword": data.subword.model_proto} if data.subword is not None else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc["betas"]), eps=tc["eps"])
     scheduler = noam_scheduler(optimizer, config["model"]["d_model"], tc["warmup_steps"], tc["lr_factor"])
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
@@ -437,7 +514,7 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
 
     def save_last():
         log["elapsed_seconds"] = round(elapsed(), 2)
-        save_checkpoint(last_path, model, data.src_vocab, data.tgt_vocab, config,
+        save_checkpoint(last_path, model, data.src_vocab, data.tgt_vocab, config, **tokenizer_entry,
                         optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
                         scaler=scaler.state_dict() if scaler is not None else None,
                         rng_cpu=torch.get_rng_state(),
@@ -521,8 +598,11 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
             if improved:
                 log["best"] = {"epoch": epoch + 1, "step": position["step"], "val_loss": round(scores["loss"], 5),
                                "val_nll": round(scores["nll"], 5)}
-                save_checkpoint(best_path, model, data.src_vocab, data.tgt_vocab, config, epoch=epoch + 1,
-                                step=position["step"], val_loss=scores["loss"], val_nll=scores["nll"])
+                save_checkpoint(best_path, model, data.src_vocab, data.tgt_vocab, config, **tokenizer_entry,
+                                epoch=epoch + 1, step=position["step"], val_loss=scores["loss"], val_nll=scores["nll"])
+            if epoch + 1 > tc["epochs"] - (tc.get("average_last") or 0):   # kept for the average at the end
+                save_checkpoint(out_dir / f"epoch{epoch + 1}.pt", model, data.src_vocab, data.tgt_vocab, config,
+                                **tokenizer_entry, epoch=epoch + 1, step=position["step"], val_loss=scores["loss"])
             print_fn(f"epoch {epoch + 1}/{tc['epochs']}: train loss {record['train_loss']}, "
                      f"val loss {scores['loss']:.4f} (nll {scores['nll']:.4f}, perplexity {scores['perplexity']:.2f}, "
                      f"accuracy {scores['accuracy']:.1%}){' *best*' if improved else ''}, "
@@ -532,6 +612,11 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
             last_save = time.perf_counter()
     log["finished"] = stopped is None
     log["stopped"] = stopped
+    if log["finished"] and tc.get("average_last"):
+        epochs = range(tc["epochs"] - tc["average_last"] + 1, tc["epochs"] + 1)
+        average_checkpoints([out_dir / f"epoch{e}.pt" for e in epochs if e >= 1], out_dir / "averaged.pt")
+        log["averaged"] = {"epochs": [e for e in epochs if e >= 1], "path": "averaged.pt"}
+        print_fn(f"averaged.pt: the mean of the weights of epochs {log['averaged']['epochs']}")
     save_last()
     if stopped is not None:
         print_fn(f"stopped at step {position['step']} ({stopped}): last.pt saved; resume with resume=True (--resume)")

@@ -1,0 +1,286 @@
+"""``python -m autograder grade ASSIGNMENT``: grade every submission, sandboxed and in parallel.
+
+Plain ``nbgrader autograde`` runs one submission at a time, with the instructor's rights, in a kernel that
+can read the gradebook and every other submission. This grader keeps nbgrader's gradebook and its own
+grading steps, and moves only the execution out of nbgrader:
+
+1. **repair**  each submitted notebook is matched back to the release (Colab drops cell metadata:
+   see repair.py) and copied to ``.autograder/ASSIGNMENT/repaired/``; a notebook that cannot be matched
+   is left out, so it scores nothing, and the student's report says why.
+2. **sanitize** ``nbgrader autograde`` runs on the repaired copies without executing anything: it clears
+   outputs, restores the locked and test cells (hidden tests included) from the gradebook and checks the
+   metadata, exactly as it always does. The results go to ``.autograder/ASSIGNMENT/sanitized/``.
+3. **execute** the sanitized notebooks run in parallel, each in its own sandbox (bubblewrap: no network,
+   no view of anything but the submission's own files, limits on time, memory, processes and output;
+   see sandbox.py and execute.py). The notebook itself never enters the sandbox, so the hidden tests
+   cannot be read from disk.
+4. **record** ``nbgrader autograde --force`` runs again with its Execute step replaced by
+   ``ReplayExecution``, which pastes in the outputs of step 3: nbgrader scores the cells and writes
+   the gradebook and ``autograded/`` as it would have after executing them itself.
+
+Finally ``grades-ASSIGNMENT.csv`` (one row per student and notebook) and
+``.autograder/ASSIGNMENT/report.json`` (repairs, broken cells, errors: what the feedback shows).
+"""
+import concurrent.futures
+import csv
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import nbformat
+from traitlets import Unicode
+
+from .execute import execute_notebook
+from .repair import RepairError, repair_file
+from .sandbox import Limits, sandbox_available
+
+STAGING = ".autograder"
+
+
+class GradingError(Exception):
+    """The course directory or the assignment is not ready to be graded."""
+
+
+# ----------------------------------------------------------------------------- nbgrader, driven from Python
+
+def _nbgrader_api(course, **overrides):
+    """An NbGraderAPI for `course` with its nbgrader_config.py, plus `overrides` ({"Class.trait": value})."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = Config()
+    if (course / "nbgrader_config.py").exists():
+        config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config())
+    for name, value in overrides.items():
+        section, trait = name.split(".")
+        config[section][trait] = value
+    config.CourseDirectory.root = str(course)
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def _autograde(course, assignment, students, log, **overrides):
+    """Run nbgrader's autograde for each student (one at a time: the gradebook is one SQLite file)."""
+    api = _nbgrader_api(course, **overrides)
+    failures = {}
+    for student in students:
+        result = api.autograde(assignment, student, force=True, create=True)
+        if not result["success"]:
+            failures[student] = (result.get("error") or result.get("log") or "nbgrader autograde failed").strip()
+            log(f"  {student}: nbgrader could not process the submission:\n{failures[student]}")
+    return failures
+
+
+def _replay_preprocessor():
+    """The Execute step of the record phase (defined lazily: nbgrader is imported only when grading)."""
+    from nbgrader.preprocessors import NbGraderPreprocessor
+
+    class ReplayExecution(NbGraderPreprocessor):
+        """Fill a sanitized notebook with the outputs its sandboxed execution produced."""
+
+        executed_directory = Unicode("", help="folder of the executed notebooks: STUDENT/ASSIGNMENT/NB.ipynb"
+                                     ).tag(config=True)
+
+        def preprocess(self, nb, resources):
+            info = resources["nbgrader"]
+            path = Path(self.executed_directory, info["student"], info["assignment"], info["notebook"] + ".ipynb")
+            executed = nbformat.read(path, as_version=4) if path.exists() else None
+            code_cells = [c for c in nb.cells if c.cell_type == "code"]
+            if executed is None or [c.source for c in executed.cells] != [c.source for c in nb.cells]:
+                reason = "it was not executed" if executed is None else "it changed after execution"
+                for cell in code_cells:    # nothing to trust: every test cell scores 0
+                    cell.outputs = [nbformat.v4.new_output("error", ename="NotExecuted", traceback=[],
+                                                           evalue=f"the grader has no outputs for this notebook: {reason}")]
+                return nb, resources
+            for cell, done in zip(nb.cells, executed.cells):
+                if cell.cell_type == "code":
+                    cell.outputs, cell.execution_count = done.outputs, done.execution_count
+            return nb, resources
+
+    return ReplayExecution
+
+
+# ----------------------------------------------------------------------------- one student's execution
+
+@dataclass
+class NotebookReport:
+    notebook: str
+    repairs: list = field(default_factory=list)    # what repair.py changed
+    problems: list = field(default_factory=list)   # cells that broke: timeouts, dead kernels, tampering, ...
+    error: str = ""                                # why the notebook could not be graded at all
+    seconds: float = 0.0
+
+
+def _execute_student(sanitized_dir, executed_dir, limits, env, sandbox):
+    """Execute one student's sanitized notebooks in a sandbox each; returns {notebook: (problems, seconds)}."""
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="autograder-") as scratch:
+        for path in sorted(Path(sanitized_dir).glob("*.ipynb")):
+            workdir = Path(scratch) / path.stem
+            # The student's other files (data, modules they wrote), never the notebook: it holds the hidden tests.
+            shutil.copytree(sanitized_dir, workdir, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+            started = time.perf_counter()
+            notebook = nbformat.read(path, as_version=4)
+            executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox)
+            Path(executed_dir).mkdir(parents=True, exist_ok=True)
+            nbformat.write(executed, Path(executed_dir) / path.name)
+            results[path.stem] = ([asdict(p) for p in problems], round(time.perf_counter() - started, 2))
+            shutil.rmtree(workdir, ignore_errors=True)
+    return results
+
+
+# ----------------------------------------------------------------------------- the whole assignment
+
+def submitted_students(course, assignment):
+    return sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
+
+
+def grade_assignment(course, assignment, *, workers=2, limits=None, students=None, sandbox=True,
+                     env=None, log=print):
+    """Grade `assignment` for every student who submitted it (or only `students`); returns
+    {student: [NotebookReport, ...]} and writes the gradebook, autograded/, the CSV and the report."""
+    course = Path(course).resolve()
+    limits = limits or Limits()
+    release = course / "release" / assignment
+    if not release.is_dir():
+        raise GradingError(f"{release} does not exist: run `nbgrader generate_assignment {assignment}` first")
+    if sandbox and not sandbox_available():
+        raise GradingError("bubblewrap (bwrap) is not available, so submissions cannot be sandboxed: install it "
+                           "(Debian/Ubuntu: sudo apt-get install bubblewrap), or pass --unsafe-no-sandbox to run "
+                           "student code with your own rights")
+    students = students or submitted_students(course, assignment)
+    if not students:
+        raise GradingError(f"nobody submitted {assignment}: no folder submitted/*/{assignment}")
+    staging = course / STAGING / assignment
+    shutil.rmtree(staging, ignore_errors=True)
+    stage = {name: staging / name for name in ("repaired", "sanitized", "executed")}
+    notebooks = sorted(p.stem for p in release.glob("*.ipynb"))
+    reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
+    started = time.perf_counter()
+
+    log(f"repairing {len(students)} submissions of {assignment}")
+    for student in students:
+        _repair_student(course / "submitted" / student / assignment, release,
+                        stage["repaired"] / student / assignment, reports[student])
+
+    log("sanitizing (nbgrader autograde, without execution)")
+    relative = {name: os.path.relpath(path, course) for name, path in stage.items()}
+    failures = _autograde(course, assignment, students, log,
+                          **{"CourseDirectory.submitted_directory": relative["repaired"],
+                             "CourseDirectory.autograded_directory": relative["sanitized"],
+                             "Autograde.autograde_preprocessors": []})
+    for student, error in failures.items():
+        for report in reports[student].values():
+            report.error = report.error or f"nbgrader could not read the submission: {error.splitlines()[-1]}"
+
+    runnable = [s for s in students if s not in failures]
+    log(f"executing {len(runnable)} submissions, {workers} at a time "
+        f"({'sandboxed' if sandbox else 'NOT sandboxed'})")
+    env = {"COURSE_SMOKE": "1", **(env or {})}
+    # spawn: a fresh interpreter per worker, no inherited event loops or sockets of this process
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        jobs = {pool.submit(_execute_student, stage["sanitized"] / s / assignment,
+                            stage["executed"] / s / assignment, limits, env, sandbox): s for s in runnable}
+        for done in concurrent.futures.as_completed(jobs):
+            student = jobs[done]
+            try:
+                for notebook, (problems, seconds) in done.result().items():
+                    reports[student][notebook].problems += problems
+                    reports[student][notebook].seconds = seconds
+                log(f"  executed {student} ({sum(r.seconds for r in reports[student].values()):.0f} s)")
+            except Exception as error:  # the grader's own failure for one student must not stop the batch
+                for report in reports[student].values():
+                    report.error = report.error or f"the grader could not execute the submission: {error!r}"
+                log(f"  {student}: execution failed: {error!r}")
+
+    log("recording scores (nbgrader autograde, replaying the sandboxed outputs)")
+    preprocessors = _recording_preprocessors()
+    failures = _autograde(course, assignment, students, log,
+                          **{"CourseDirectory.submitted_directory": relative["repaired"],
+                             "Autograde.autograde_preprocessors": preprocessors,
+                             "ReplayExecution.executed_directory": str(stage["executed"])})
+    for student, error in failures.items():
+        for report in reports[student].values():
+            report.error = report.error or f"nbgrader could not record the grades: {error.splitlines()[-1]}"
+
+    write_report(staging / "report.json", reports)
+    write_csv(course / f"grades-{assignment}.csv", course, assignment, reports)
+    log(f"graded {len(students)} submissions of {assignment} in {time.perf_counter() - started:.0f} s; "
+        f"scores in the gradebook and grades-{assignment}.csv")
+    return reports
+
+
+def _recording_preprocessors():
+    """nbgrader's own autograde steps, with Execute swapped for the replay of the sandboxed run."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute
+
+    replay = _replay_preprocessor()
+    return [replay if p is Execute else p for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+
+
+def _repair_student(submitted, release, repaired, reports):
+    """Copy one submission to `repaired`, its notebooks matched back to the release."""
+    if not submitted.is_dir():
+        return
+    shutil.copytree(submitted, repaired, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+    for notebook, report in reports.items():
+        source = submitted / f"{notebook}.ipynb"
+        if not source.exists():
+            report.error = f"{notebook}.ipynb is missing from the submission"
+            continue
+        try:
+            report.repairs = repair_file(source, release / f"{notebook}.ipynb", repaired / f"{notebook}.ipynb")
+        except RepairError as error:
+            report.error = str(error)  # left out of repaired/: nbgrader scores it as missing
+        except Exception as error:  # not a notebook at all (broken JSON, ...)
+            report.error = f"{notebook}.ipynb could not be read: {error}"
+
+
+def write_report(path, reports):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({s: {nb: asdict(r) for nb, r in by_nb.items()} for s, by_nb in reports.items()},
+                               indent=1), encoding="utf-8")
+
+
+def read_report(course, assignment):
+    path = Path(course) / STAGING / assignment / "report.json"
+    if not path.exists():
+        return {}
+    return {s: {nb: NotebookReport(**r) for nb, r in by_nb.items()}
+            for s, by_nb in json.loads(path.read_text(encoding="utf-8")).items()}
+
+
+def scores(course, assignment):
+    """student -> notebook -> (score, max_score) from the gradebook."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    result = {}
+    with Gradebook(f"sqlite:///{Path(course) / 'gradebook.db'}") as gradebook:
+        notebooks = [nb.name for nb in gradebook.find_assignment(assignment).notebooks]
+        for student in gradebook.students:
+            for notebook in notebooks:
+                try:
+                    submission = gradebook.find_submission_notebook(notebook, assignment, student.id)
+                except MissingEntry:
+                    continue
+                result.setdefault(student.id, {})[notebook] = (submission.score, submission.max_score)
+    return result
+
+
+def write_csv(path, course, assignment, reports):
+    table = scores(course, assignment)
+    with open(path, "w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(["student", "notebook", "score", "max_score", "seconds", "repairs", "broken_cells", "error"])
+        for student in sorted(reports):
+            for notebook, report in sorted(reports[student].items()):
+                score, max_score = table.get(student, {}).get(notebook, (0.0, None))
+                writer.writerow([student, notebook, score, max_score, report.seconds, len(report.repairs),
+                                 len(report.problems), report.error])

@@ -1,0 +1,211 @@
+"""`python -m autograder grade` and `feedback` on a course of hostile students.
+
+A tiny assignment (two exercises, visible and hidden tests) keeps this quick; each student breaks one
+exercise in one way, so every case checks both halves of the promise: zero where the submission broke
+things, full marks for the rest, and a batch that always completes. The last test grades a real
+assignment of the course, to check that the grader agrees with the notebooks' own tests.
+"""
+import copy
+import csv
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from grading import ROOT, SOLUTIONS, nbgrader_cells
+from autograder import CONFIG
+from autograder.sandbox import sandbox_available
+
+pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
+                                 "create namespaces here: apt-get install bubblewrap"),
+              pytest.mark.xdist_group("grader")]
+
+ASSIGNMENT = "ps1"
+HIDDEN_LINE = 'assert torch.allclose(add(torch.ones(2), torch.ones(2)), 2 * torch.ones(2)), "add is wrong for tensors"'
+
+
+def graded(cell, grade_id, *, solution=False, grade=False, points=0):
+    cell.metadata["nbgrader"] = {"grade_id": grade_id, "solution": solution, "grade": grade, "locked": not solution,
+                                 "schema_version": 3, **({"points": points} if grade else {})}
+    return cell
+
+
+def source_notebook():
+    return new_notebook(cells=[
+        new_markdown_cell("# Problem set 1\nAdd and multiply."),
+        graded(new_code_cell("import torch"), "imports"),
+        graded(new_code_cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION"),
+               "add", solution=True),
+        graded(new_code_cell("assert add(1, 2) == 3, \"add(1, 2) should be 3\"\n### BEGIN HIDDEN TESTS\n"
+                             f"{HIDDEN_LINE}\n### END HIDDEN TESTS"), "test_add", grade=True, points=1),
+        graded(new_code_cell("def mul(a, b):\n    ### BEGIN SOLUTION\n    return a * b\n    ### END SOLUTION"),
+               "mul", solution=True),
+        graded(new_code_cell("assert mul(2, 3) == 6, \"mul(2, 3) should be 6\"\n### BEGIN HIDDEN TESTS\n"
+                             "assert isinstance(mul(2, 3), int), \"mul of two ints should be an int\"\n"
+                             "assert not torch.allclose(torch.zeros(1), torch.ones(1))\n### END HIDDEN TESTS"),
+               "test_mul", grade=True, points=1),
+    ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+
+
+CORRECT_ADD = "def add(a, b):\n    return a + b"
+CORRECT_MUL = "def mul(a, b):\n    return a * b"
+
+# student -> (source of the add cell, why it is there): the mul cell stays correct, so it must keep its point
+HOSTILE_ADD = {
+    "good": CORRECT_ADD,
+    "looper": "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass",
+    "killer": CORRECT_ADD + "\nimport os\nos.kill(os.getpid(), 9)",
+    # the cell breaks before it defines add (a MemoryError or an interrupt ends it)
+    "hog": "hoard = []\nwhile True:\n    hoard.append(bytearray(10**8))\n" + CORRECT_ADD,
+    "chatty": "while True:\n    print('spam ' * 100)\n" + CORRECT_ADD,
+    # right for ints (the visible test), wrong for tensors, and the check that would see it is disabled
+    "patcher": "import builtins, torch\ndef add(a, b):\n    return a + b if isinstance(a, int) else a * b\n"
+               "torch.allclose = lambda *args, **kwargs: True\nbuiltins.isinstance = lambda *args: True",
+    "leaker": "def add(a, b):\n    raise AssertionError(get_ipython().user_ns['In'][-1])",
+    "snoop": CORRECT_ADD + "\nimport os\n"
+             "seen = [p for p in ['{course}', '{repo}/solutions'] if os.path.exists(p)]\n"
+             "print('FOUND', seen)\n"
+             "for path in ['{course}/gradebook.db', '{course}/source/ps1/ps1.ipynb', '{course}/submitted/good/ps1/ps1.ipynb']:\n"
+             "    try:\n        open(path).read(1)\n        print('READ', path)\n    except OSError:\n        pass\n"
+             "try:\n    open('{course}/pwned.txt', 'w').write('x')\nexcept OSError:\n    pass",
+}
+
+
+def answer(release, add_source, mul_source=CORRECT_MUL):
+    notebook = copy.deepcopy(release)
+    cells = nbgrader_cells(notebook)
+    cells["add"].source, cells["mul"].source = add_source, mul_source
+    return notebook
+
+
+def colab(notebook):
+    """What Colab hands back: no nbgrader metadata, new cell ids."""
+    notebook = copy.deepcopy(notebook)
+    for i, cell in enumerate(notebook.cells):
+        cell.metadata = {"id": f"colab{i}"}
+        cell.id = f"colab-{i}"
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = tmp_path_factory.mktemp("course")
+    shutil.copy(CONFIG, root / "nbgrader_config.py")
+    (root / "source" / ASSIGNMENT).mkdir(parents=True)
+    nbformat.write(source_notebook(), root / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--log-level=ERROR"],
+                   cwd=root, check=True, capture_output=True)
+    release = nbformat.read(root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    submissions = {s: answer(release, src.format(course=root, repo=ROOT)) for s, src in HOSTILE_ADD.items()}
+    submissions["colab"] = colab(answer(release, CORRECT_ADD))
+    submissions["stranger"] = nbformat.read(ROOT / "notebooks" / "01_positional_encoding" / "01_positional_encoding.ipynb",
+                                            as_version=4)
+    for student, notebook in submissions.items():
+        folder = root / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
+        (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--workers", "2",
+                             "--cell-timeout", "8", "--memory", "3072", "--output", "20000"],
+                            cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"the grader failed:\n{result.stdout}\n{result.stderr}"
+    feedback = subprocess.run([sys.executable, "-m", "autograder", "feedback", ASSIGNMENT],
+                              cwd=root, capture_output=True, text=True, timeout=300)
+    assert feedback.returncode == 0, f"feedback failed:\n{feedback.stdout}\n{feedback.stderr}"
+    return root
+
+
+def cell_scores(course, student):
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+        return {g.name: g.score for g in submission.grades}
+
+
+def test_a_correct_submission_gets_full_marks(course):
+    assert cell_scores(course, "good") == {"test_add": 1, "test_mul": 1}
+
+
+@pytest.mark.parametrize("student", ["looper", "killer", "hog", "chatty"])
+def test_a_broken_cell_costs_its_own_points_only(course, student):
+    scores = cell_scores(course, student)
+    assert scores["test_add"] == 0, f"{student} broke its add cell but kept the point"
+    assert scores["test_mul"] == 1, f"{student}'s correct mul lost its point: the batch did not recover"
+
+
+def test_monkeypatching_the_checks_gains_nothing(course):
+    scores = cell_scores(course, "patcher")
+    assert scores["test_add"] == 0, "a wrong add passed because torch.allclose was replaced"
+    assert scores["test_mul"] == 1, "restoring isinstance and torch.allclose must not cost the correct mul"
+
+
+def test_a_submission_sees_nothing_outside_its_folder(course):
+    executed = nbformat.read(course / ".autograder" / ASSIGNMENT / "executed" / "snoop" / ASSIGNMENT /
+                             f"{ASSIGNMENT}.ipynb", as_version=4)
+    printed = "".join(o.get("text", "") for o in nbgrader_cells(executed)["add"].outputs)
+    assert "FOUND []" in printed, f"the sandbox shows other files: {printed[:500]}"
+    assert "READ" not in printed, f"the sandbox let the submission read: {printed[:500]}"
+    assert not (course / "pwned.txt").exists(), "the submission wrote into the course directory"
+    assert cell_scores(course, "snoop") == {"test_add": 1, "test_mul": 1}
+
+
+def test_colab_metadata_is_repaired(course):
+    assert cell_scores(course, "colab") == {"test_add": 1, "test_mul": 1}
+    rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
+    assert int(rows["colab", ASSIGNMENT]["repairs"]) > 0, "the CSV does not say the notebook was repaired"
+    assert int(rows["good", ASSIGNMENT]["repairs"]) == 0, "an intact notebook was reported as repaired"
+
+
+def test_an_unmatchable_notebook_is_an_error_for_that_student_only(course):
+    rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
+    assert "does not look like" in rows["stranger", ASSIGNMENT]["error"], rows["stranger", ASSIGNMENT]
+    assert float(rows["stranger", ASSIGNMENT]["score"] or 0) == 0
+    assert float(rows["good", ASSIGNMENT]["score"]) == 2 and not rows["good", ASSIGNMENT]["error"]
+
+
+def test_the_csv_has_every_student(course):
+    rows = list(csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv")))
+    assert sorted(r["student"] for r in rows) == sorted([*HOSTILE_ADD, "colab", "stranger"])
+
+
+def test_feedback_shows_messages_but_never_test_code(course):
+    pages = {p.parts[-3]: p.read_text() for p in (course / "feedback").glob(f"*/{ASSIGNMENT}/{ASSIGNMENT}.html")}
+    assert len(pages) == len(HOSTILE_ADD) + 1, f"feedback pages for {sorted(pages)}"  # the stranger has none graded
+    for student, page in pages.items():
+        assert "torch.ones(2), torch.ones(2)" not in page, f"{student}'s feedback shows the hidden test's code"
+        assert "BEGIN HIDDEN TESTS" not in page, f"{student}'s feedback shows the hidden test's code"
+    assert "add is wrong for tensors" in pages["patcher"], "the failing hidden test's message is missing"
+    assert "2 / 2" in pages["good"]
+
+
+def test_the_course_assignments_grade_like_nbgrader(tmp_path):
+    """Notebook 01 through the grader: the solutions get every point, the untouched release none."""
+    assignment = "01_positional_encoding"
+    shutil.copy(CONFIG, tmp_path / "nbgrader_config.py")
+    shutil.copytree(SOLUTIONS / assignment, tmp_path / "source" / assignment)
+    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--log-level=ERROR"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    release = nbformat.read(tmp_path / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    solution = nbformat.read(tmp_path / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    filled = copy.deepcopy(release)
+    answers = nbgrader_cells(solution)
+    for grade_id, cell in nbgrader_cells(filled).items():
+        if cell.metadata["nbgrader"].get("solution"):
+            cell.source = answers[grade_id].source
+    for student, notebook in (("solved", filled), ("untouched", release)):
+        folder = tmp_path / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        nbformat.write(notebook, folder / f"{assignment}.ipynb")
+    subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, "--workers", "2"],
+                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
+        def tests(student):
+            submission = gradebook.find_submission_notebook(assignment, assignment, student)
+            return {g.name: (g.auto_score, g.max_score) for g in submission.grades if g.cell_type == "code"}
+        solved, untouched = tests("solved"), tests("untouched")
+    assert solved and all(score == top for score, top in solved.values()), f"the solutions lost points: {solved}"
+    assert all(score == 0 for score, _ in untouched.values()), f"the untouched release scored: {untouched}"

@@ -1,0 +1,135 @@
+"""The recipe's pieces: subwords, tied embeddings, fast CPU dropout, checkpoint averaging, the one command."""
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_course import Transformer
+from transformer_course.cpu import FastDropout, use_fast_dropout
+from transformer_course.subword import SubwordTokenizer
+from transformer_course.training import (CONFIGS, RECIPE_FILE, average_checkpoints, load_checkpoint, load_config,
+                                         load_multi30k, save_checkpoint)
+from transformer_course.data import Vocab
+
+MIRROR = os.environ.get("MULTI30K_MIRROR")
+needs_mirror = pytest.mark.skipif(not MIRROR, reason="needs the Multi30k mirror (../shared/data/multi30k)")
+
+SENTENCES = ["Ein Mann fährt Fahrrad.", "A man rides a bike.", "Zwei Hunde spielen im Schnee.",
+             "Two dogs play in the snow.", "Eine Frau liest ein Buch am Strand.", "A woman reads a book on the beach."] * 20
+
+
+def test_subword_pieces_decode_back_to_the_text(tmp_path):
+    tokenizer = SubwordTokenizer.train(SENTENCES, vocab_size=120, cache_dir=tmp_path)
+    pieces = tokenizer.encode(["Zwei Männer lesen im Schnee."])[0]
+    assert tokenizer.decode(pieces) == "Zwei Männer lesen im Schnee.", pieces
+    assert "<unk>" not in tokenizer.pieces and len(tokenizer.pieces) == len(tokenizer) - 1
+    again = SubwordTokenizer.train(SENTENCES, vocab_size=120, cache_dir=tmp_path)        # from the cache
+    assert again.model_proto == tokenizer.model_proto and len(list(tmp_path.glob("*.model"))) == 1
+    assert SubwordTokenizer(tokenizer.model_proto).encode(["Ein Hund"]) == tokenizer.encode(["Ein Hund"])
+
+
+def test_tied_embeddings_share_one_matrix():
+    model = Transformer(50, 50, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
+                        tie_embeddings=True)
+    shared = model.src_embed.embedding.weight
+    assert model.tgt_embed.embedding.weight is shared and model.generator.weight is shared
+    untied = Transformer(50, 50, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
+    count = lambda m: sum(p.numel() for p in m.parameters())   # noqa: E731
+    assert count(untied) - count(model) == 2 * 50 * 16
+    with pytest.raises(ValueError, match="one vocabulary"):
+        Transformer(50, 60, d_model=16, tie_embeddings=True)
+
+
+def test_fast_dropout_drops_the_right_share_and_keeps_the_mean():
+    torch.manual_seed(0)
+    dropout = FastDropout(0.3)
+    x = torch.ones(1000, 1000, requires_grad=True)
+    y = dropout(x)
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - 77 / 256) < 0.002, "the share of zeros should be 77/256 for p=0.3"
+    assert abs(y.mean().item() - 1.0) < 0.005, "kept values must be scaled so that the mean is unchanged"
+    y.sum().backward()
+    assert torch.equal(x.grad, y.detach()), "the gradient flows through the kept elements, scaled the same way"
+    dropout.eval()
+    assert torch.equal(dropout(x), x), "in eval mode dropout is the identity"
+
+
+def test_use_fast_dropout_replaces_every_dropout_with_the_same_probability():
+    model = Transformer(20, 20, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, dropout=0.2)
+    before = sum(isinstance(m, nn.Dropout) for m in model.modules())
+    use_fast_dropout(model)
+    assert sum(isinstance(m, FastDropout) for m in model.modules()) == before
+    assert all(m.p == 0.2 for m in model.modules() if isinstance(m, nn.Dropout))
+
+
+def tiny_checkpoint(path, seed):
+    torch.manual_seed(seed)
+    config = {"model": {"src_vocab_size": 10, "tgt_vocab_size": 10, "d_model": 8, "n_heads": 2,
+                        "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 16, "tie_embeddings": True}}
+    model = Transformer(**config["model"])
+    vocab = Vocab([f"t{i}" for i in range(10)])
+    save_checkpoint(path, model, vocab, vocab, config, subword=b"model bytes stand-in", epoch=seed)
+    return model
+
+
+def test_average_checkpoints_is_the_mean_of_the_weights(tmp_path, monkeypatch):
+    models = [tiny_checkpoint(tmp_path / f"epoch{i}.pt", i) for i in (1, 2, 3)]
+    monkeypatch.setattr("transformer_course.training.SubwordTokenizer", lambda proto: proto)  # not a real model
+    average_checkpoints([tmp_path / f"epoch{i}.pt" for i in (1, 2, 3)], tmp_path / "averaged.pt")
+    averaged = load_checkpoint(tmp_path / "averaged.pt")
+    for name, value in averaged["model"].state_dict().items():
+        expected = sum(m.state_dict()[name] for m in models) / 3
+        torch.testing.assert_close(value, expected, msg=f"{name} is not the mean of the three checkpoints")
+    assert averaged["subword"] == b"model bytes stand-in" and averaged["averaged"] == ["epoch1.pt", "epoch2.pt", "epoch3.pt"]
+    assert averaged["model"].generator.weight is averaged["model"].src_embed.embedding.weight, "tying lost on loading"
+
+
+def test_configuration_files_are_checked(tmp_path):
+    recipe = load_config(RECIPE_FILE)
+    assert recipe == CONFIGS["recipe"]
+    assert recipe["model"]["tie_embeddings"] and recipe["data"]["tokenizer"] == "subword"
+    assert recipe["train"]["average_last"] > 1 and recipe["data"]["max_train_pairs"] is None
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"model": {"d_modle": 256}}))
+    with pytest.raises(ValueError, match="d_modle"):
+        load_config(bad)
+    bad.write_text(json.dumps({"optimizer": {}}))
+    with pytest.raises(ValueError, match="optimizer"):
+        load_config(bad)
+
+
+@needs_mirror
+def test_subword_data_shares_one_vocabulary(tmp_path):
+    data = load_multi30k(max_train_pairs=500, max_val_pairs=20, tokenizer="subword", vocab_size=400,
+                         lowercase=False, mirror=MIRROR, cache_dir=tmp_path)
+    assert data.src_vocab is data.tgt_vocab and len(data.src_vocab) == 400 + 3   # + <pad> <bos> <eos>
+    assert data.src_vocab.itos[:4] == ["<pad>", "<unk>", "<bos>", "<eos>"]
+    pieces = data.src_vocab.decode(data.train[0][1][1:-1])
+    assert data.subword.decode(pieces) == " ".join(data.train.tgt_tokens[0]).replace(" ", "").replace("▁", " ").strip()
+
+
+@needs_mirror
+def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path):
+    from transformer_course.reproduce import main
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({
+        "model": {"d_model": 32, "n_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 64,
+                  "tie_embeddings": True},
+        "data": {"max_train_pairs": 300, "max_val_pairs": 20, "min_freq": 1, "lowercase": False,
+                 "tokenizer": "subword", "vocab_size": 300},
+        "train": {"epochs": 3, "max_tokens": 600, "warmup_steps": 20, "average_last": 2},
+        "evaluate": {"beam_size": 2, "alpha": 0.6}}))
+    out = tmp_path / "run"
+    assert main(["--config", str(config), "--out", str(out), "--mirror", MIRROR, "--cache-dir", str(tmp_path),
+                 "--limit", "10", "--no-progress"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["checkpoint"] in ("averaged.pt", "best.pt")
+    assert set(results["validation"]) == {"averaged.pt", "best.pt"}, "both candidates are scored on val"
+    assert results["test"]["sentences"] == 10 and results["test"]["signature"].startswith("nrefs:1|case:mixed")
+    assert 0 <= results["test"]["sacrebleu"] <= 100 and results["training_minutes"] >= 0
+    assert "python -m transformer_course.reproduce" in (out / "results.md").read_text()
+    assert load_checkpoint(out / "averaged.pt")["averaged"] == ["epoch2.pt", "epoch3.pt"]
+    assert len((out / "test_translations.txt").read_text().splitlines()) == 10

@@ -1,0 +1,265 @@
+"""The sandboxed executor (autograder/execute.py, autograder/sandbox.py) against hostile notebooks.
+
+Each notebook is small, and so are the limits: the whole file runs in about 80 seconds on two busy cores.
+"""
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from autograder.execute import execute_notebook
+from autograder.sandbox import Limits, sandbox_available
+
+pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
+                                "work on this machine (user namespaces disabled?): the sandbox cannot be tested")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+LIMITS = Limits(cell_timeout=5, total_timeout=90, memory_mb=3072, processes=64, output_bytes=20_000)
+
+
+def run(tmp_path, *cells, limits=LIMITS):
+    """Execute code cells (str) or ready-made cells in a fresh workdir: (executed notebook, problems)."""
+    workdir = tmp_path / "workdir"
+    workdir.mkdir(exist_ok=True)
+    nb = new_notebook(cells=[new_code_cell(c) if isinstance(c, str) else c for c in cells])
+    return execute_notebook(nb, workdir, limits, env={"COURSE_SMOKE": "1"})
+
+
+def text(cell):
+    return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+
+
+def errors(cell):
+    return [(o.ename, o.evalue) for o in cell.outputs if o.output_type == "error"]
+
+
+def nbgrader(source, *, test):
+    grading = {"grade": test, "solution": not test, "locked": test, "grade_id": uuid.uuid4().hex[:8],
+               "schema_version": 3}
+    if test:
+        grading["points"] = 1
+    return new_code_cell(source, metadata={"nbgrader": grading})
+
+
+def test_normal_notebook(tmp_path):
+    (tmp_path / "workdir").mkdir()
+    (tmp_path / "workdir" / "data.txt").write_text("the student's own file")
+    workdir_before = sorted(os.listdir(tmp_path / "workdir"))
+    nb = new_notebook(cells=[
+        new_markdown_cell("# Title"),
+        new_code_cell("x = 6 * 7\nimport sys\nprint('out')\nprint('err', file=sys.stderr)"),
+        new_code_cell("x"),
+        new_code_cell("from IPython.display import display, Markdown\ndisplay(Markdown('**shown**'))"),
+        new_code_cell("1 / 0"),
+        new_code_cell("import os, torch\nprint(open('data.txt').read(), sorted(os.listdir('.')), "
+                      "torch.ones(2).sum().item(), os.environ['COURSE_SMOKE'], os.environ['OMP_NUM_THREADS'])"),
+    ])
+    executed, problems = execute_notebook(nb, tmp_path / "workdir", LIMITS, env={"COURSE_SMOKE": "1"})
+    cells = executed.cells
+    assert problems == []
+    assert cells[0].source == "# Title" and "outputs" not in cells[0]
+    assert [c.execution_count for c in cells[1:]] == [1, 2, 3, 4, 5]
+    assert [(o.name, o.text) for o in cells[1].outputs] == [("stdout", "out\n"), ("stderr", "err\n")]
+    assert cells[2].outputs[0].output_type == "execute_result"
+    assert cells[2].outputs[0].data["text/plain"] == "42" and cells[2].outputs[0].execution_count == 2
+    shown = cells[3].outputs[0]
+    assert shown.output_type == "display_data" and "**shown**" in shown.data["text/markdown"]
+    assert errors(cells[4])[0][0] == "ZeroDivisionError"
+    assert text(cells[5]) == "the student's own file ['data.txt'] 2.0 1 1\n"
+    assert sorted(os.listdir(tmp_path / "workdir")) == workdir_before, "the notebook must never enter the workdir"
+    assert all(not c.get("outputs") for c in nb.cells), "the caller's notebook must not change"
+
+
+def test_cell_that_ignores_interrupts_is_stopped_and_the_kernel_replaced(tmp_path):
+    started = time.monotonic()
+    executed, problems = run(
+        tmp_path,
+        "before = 'defined before'",
+        "import time\nwhile True:\n    try:\n        time.sleep(1)\n    except KeyboardInterrupt:\n        pass",
+        "print(before)",
+    )
+    cells = executed.cells
+    assert errors(cells[1])[0][0] == "CellTimeoutError" and "5 seconds" in errors(cells[1])[0][1]
+    assert text(cells[2]) == "defined before\n" and errors(cells[2]) == []
+    assert [c.execution_count for c in cells] == [1, 2, 3]
+    assert [(p.index, p.kind) for p in problems] == [(1, "timeout")]
+    assert time.monotonic() - started < 60
+
+
+def test_killed_kernel_and_memory_bomb(tmp_path):
+    executed, problems = run(
+        tmp_path,
+        "a = 1",
+        "import os\nos.kill(os.getpid(), 9)",
+        "print(a)",
+        # Untouched memory (zero pages): the address-space limit stops it without using the machine's RAM.
+        "def bomb():\n    chunks = []\n    while True:\n        chunks.append(bytearray(256 * 2**20))\nbomb()",
+        "print(a + 1)",
+        "huge = bytearray(50 * 2**30)",
+        "print(a + 2)",
+    )
+    cells = executed.cells
+    assert errors(cells[1])[0][0] == "KernelDied"
+    assert "died" in errors(cells[1])[0][1]
+    assert text(cells[2]) == "1\n"
+    for bomb, after, printed in [(cells[3], cells[4], "2\n"), (cells[5], cells[6], "3\n")]:
+        assert errors(bomb) and errors(bomb)[-1][0] in ("MemoryError", "KernelDied"), errors(bomb)
+        assert text(after) == printed and not errors(after)
+    assert (1, "kernel-died") in [(p.index, p.kind) for p in problems]
+
+
+def test_endless_print_is_cut_and_stopped(tmp_path):
+    executed, problems = run(tmp_path, "a = 'alive'", "while True:\n    print('spam ' * 20)", "print(a)")
+    cells = executed.cells
+    assert errors(cells[1])[-1][0] == "OutputLimitExceeded"
+    assert 0 < len(text(cells[1])) <= LIMITS.output_bytes
+    assert text(cells[2]) == "alive\n"
+    assert [(p.index, p.kind) for p in problems] == [(1, "output-limit")]
+
+
+def _sleepers(seconds):
+    """Host processes running `sleep SECONDS`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == f"sleep\0{seconds}\0".encode():
+                found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+def test_fork_bomb_is_bounded_and_cleaned_up(tmp_path):
+    seconds = 600 + os.getpid() % 300  # a duration of our own, to find exactly these processes
+    executed, problems = run(
+        tmp_path,
+        f"import subprocess\nstarted, error = [], None\nfor _ in range(500):\n    try:\n"
+        f"        started.append(subprocess.Popen(['sleep', '{seconds}']))\n    except OSError as e:\n"
+        f"        error = e\n        break\nprint(len(started), type(error).__name__)",
+        "print('still here')",
+    )
+    count, error = text(executed.cells[0]).split()
+    assert 10 < int(count) < LIMITS.processes and error == "BlockingIOError", text(executed.cells[0])
+    assert text(executed.cells[1]) == "still here\n"
+    for _ in range(50):
+        if not _sleepers(seconds):
+            break
+        time.sleep(0.1)
+    assert _sleepers(seconds) == [], "the sandbox's processes outlived it"
+
+
+def test_files_outside_the_workdir_are_invisible_and_read_only(tmp_path):
+    secrets = {
+        "other student": tmp_path / "other_student" / "ps1" / "answers.py",
+        "gradebook": tmp_path / "gradebook.db",
+        "solutions": REPOSITORY / "solutions" / "02_attention" / "02_attention.ipynb",
+    }
+    for name, path in list(secrets.items())[:2]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"secret {name}")
+    assert secrets["solutions"].is_file()
+    home = Path("/root")
+    if os.access(home, os.R_OK):
+        secrets.update({f"/root/{p.name}": p for p in home.iterdir() if p.is_file()})
+    marker = f"escape-{uuid.uuid4().hex}"
+    writes = [tmp_path / marker, Path("/tmp") / marker, REPOSITORY / "transformer_course" / marker,
+              Path(os.__file__).parent / marker]
+    executed, problems = run(
+        tmp_path,
+        f"read = []\nfor name, path in {[(n, str(p)) for n, p in secrets.items()]!r}:\n    try:\n"
+        f"        open(path).read(1)\n        read.append(name)\n    except OSError:\n        pass\n"
+        f"print('READ', read)",
+        f"written = []\nfor path in {[str(p) for p in writes]!r}:\n    try:\n        open(path, 'w').write('x')\n"
+        f"        written.append(path)\n    except OSError:\n        pass\nprint('WROTE', written)",
+    )
+    assert text(executed.cells[0]) == "READ []\n"
+    # /tmp is the sandbox's own: writing there works, and nothing shows on the host
+    assert text(executed.cells[1]) == f"WROTE ['/tmp/{marker}']\n"
+    assert not any(p.exists() for p in writes), "a file written in the sandbox appeared on the host"
+    assert problems == []
+
+
+def test_no_network(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    try:
+        executed, _ = run(tmp_path, f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), "
+                                    f"timeout=3)\n    print('CONNECTED')\nexcept OSError as e:\n"
+                                    f"    print(type(e).__name__)")
+        with pytest.raises(socket.timeout):
+            server.accept()
+    finally:
+        server.close()
+    assert text(executed.cells[0]) == "ConnectionRefusedError\n"
+
+
+PATCHES = """
+import builtins, torch, torch.nn.functional, torch.testing
+def fake(*args, **kwargs):
+    return torch.zeros(1)
+torch.allclose = lambda *a, **k: True
+builtins.isinstance = lambda *a: True
+torch.testing.assert_close = lambda *a, **k: None
+torch.nn.functional.scaled_dot_product_attention = fake
+torch.Tensor.sum = lambda self, *a, **k: torch.tensor(0.0)   # shadows the inherited method
+"""
+
+REAL_FUNCTIONS_TEST = """
+import torch, torch.nn.functional as F
+assert not torch.allclose(torch.zeros(1), torch.ones(1))
+assert not isinstance(1, str)
+try:
+    torch.testing.assert_close(torch.zeros(1), torch.ones(1))
+except AssertionError:
+    pass
+else:
+    raise AssertionError("assert_close is fake")
+assert F.scaled_dot_product_attention.__name__ != "fake"
+assert torch.ones(2).sum().item() == 2
+print("real functions")
+"""
+
+
+def test_patches_in_a_solution_cell_are_undone_before_the_tests(tmp_path):
+    executed, problems = run(tmp_path, nbgrader(PATCHES, test=False), nbgrader(REAL_FUNCTIONS_TEST, test=True))
+    solution, test = executed.cells
+    assert not errors(solution)
+    assert errors(test) == [] and text(test) == "real functions\n"
+    assert [(p.index, p.kind) for p in problems] == [(0, "tampering")]
+    for name in ("torch.allclose", "builtins.isinstance", "torch.testing.assert_close",
+                 "torch.nn.functional.scaled_dot_product_attention", "torch.Tensor.sum"):
+        assert name in problems[0].message
+
+
+def test_patch_made_while_a_test_runs_fails_that_test(tmp_path):
+    executed, problems = run(
+        tmp_path,
+        nbgrader("def attention(query):\n    import torch\n    torch.allclose = lambda *a, **k: True\n"
+                 "    return query", test=False),
+        # (the call first: `torch.allclose(attention(...), ...)` would look allclose up before the patch)
+        nbgrader("import torch\nout = attention(torch.zeros(2))\nassert torch.allclose(out, torch.ones(2))",
+                 test=True),
+        nbgrader("assert not torch.allclose(torch.zeros(1), torch.ones(1))", test=True),
+    )
+    solution, cheated, honest = executed.cells
+    assert errors(cheated) == [("Tampering", "the code replaced torch.allclose while the tests ran")]
+    assert errors(solution) == [] and errors(honest) == []
+    assert [(p.index, p.kind) for p in problems] == [(1, "tampering")]
+
+
+def test_notebook_time_limit(tmp_path):
+    limits = Limits(cell_timeout=60, total_timeout=15, memory_mb=3072, processes=64, output_bytes=20_000)
+    started = time.monotonic()
+    executed, problems = run(tmp_path, "import time", "time.sleep(60)", "print('never')", limits=limits)
+    assert time.monotonic() - started < limits.total_timeout + 5
+    cells = executed.cells
+    assert errors(cells[1])[0][0] == "CellTimeoutError" and "notebook ran out of time" in errors(cells[1])[0][1]
+    assert errors(cells[2])[0][0] == "NotebookTimeoutError" and cells[2].execution_count is None
+    assert [(p.index, p.kind) for p in problems] == [(1, "timeout"), (2, "not-run")]

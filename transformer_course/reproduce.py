@@ -1,0 +1,124 @@
+"""`python -m transformer_course.reproduce`: the course's best Multi30k German→English result, from scratch.
+
+    python -m transformer_course.reproduce --out runs/recipe                  # about an hour on a 2-core CPU
+    python -m transformer_course.reproduce --out runs/recipe --resume         # go on after an interruption
+    python -m transformer_course.reproduce --config my.json --out runs/mine   # another configuration file
+
+One command does everything: fetch Multi30k (or read --mirror), learn the subword vocabulary, train with the
+recipe (transformer_course/recipes/multi30k_de_en.json), average the last epochs' weights, choose between the
+averaged weights and the best single epoch by BLEU on the validation set (never the test set), and translate
+test_2016_flickr with beam search. It prints sacreBLEU (cased, detokenised, with its signature) and
+lowercased tokenised BLEU, and writes OUT/results.json and OUT/results.md.
+"""
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .evaluate import evaluate
+from .training import RECIPE_FILE, choose_device, load_checkpoint, load_config, train
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m transformer_course.reproduce", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=str(RECIPE_FILE), help="configuration file (default: the course's recipe)")
+    p.add_argument("--out", required=True, help="folder for the checkpoints, the log and the results")
+    p.add_argument("--mirror", help="folder with the six official Multi30k .gz files (default: $MULTI30K_MIRROR, "
+                                    "else they are downloaded)")
+    p.add_argument("--cache-dir", help="download and vocabulary cache (default: $MULTI30K_CACHE or ~/.cache/...)")
+    p.add_argument("--resume", action="store_true", help="go on with the training run in OUT/last.pt")
+    p.add_argument("--device", default="auto", help="auto (a CUDA GPU if there is one), cpu, cuda, mps")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: PyTorch's choice)")
+    p.add_argument("--limit", type=int, help="translate only the first N sentences of val and test (a quick check; "
+                                           "the figures are then not comparable with anything)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
+    return p
+
+
+def score(checkpoint_path, split, config, device, fetch_options, progress, limit=None):
+    """BLEU of one checkpoint on one split, with the configuration's beam settings."""
+    checkpoint = load_checkpoint(checkpoint_path, map_location=device)
+    model = checkpoint["model"].to(device)
+    model.set_need_weights(False)
+    settings = config.get("evaluate", {})
+    return evaluate(model, checkpoint["src_vocab"], checkpoint["tgt_vocab"], split=split,
+                    beam_size=settings.get("beam_size", 4), alpha=settings.get("alpha", 0.6),
+                    lowercase=bool(config["data"].get("lowercase")), subword=checkpoint.get("subword"),
+                    limit=limit, device=device, progress=progress, **fetch_options)
+
+
+def results_table(results):
+    """The README's results row as Markdown."""
+    test = results["test"]
+    return ("| model | sacreBLEU | lowercased tokenised BLEU | training time | hardware | command |\n"
+            "|---|---|---|---|---|---|\n"
+            f"| {results['checkpoint']} | {test['sacrebleu']:.1f} | {test['tokenized_lower_bleu']:.1f} | "
+            f"{results['training_minutes']:.0f} min | {results['hardware']} | `{results['command']}` |\n\n"
+            f"sacreBLEU signature: `{test['signature']}`\n")
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = load_config(args.config)
+    out = Path(args.out)
+    fetch_options = {key: value for key, value in (("mirror", args.mirror), ("cache_dir", args.cache_dir))
+                     if value is not None}
+    started = time.perf_counter()
+    try:
+        log = train(config, out, resume=args.resume, device=args.device, mirror=args.mirror,
+                    cache_dir=args.cache_dir, progress=args.progress)
+    except (FileExistsError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not log["finished"]:
+        print(f"training stopped before the end ({log.get('stopped')}): run again with --resume", file=sys.stderr)
+        return 1
+    device = choose_device(args.device)
+
+    # Model selection on the validation set only: the averaged weights or the best single epoch.
+    candidates = [name for name in ("averaged.pt", "best.pt") if (out / name).exists()]
+    validation = {}
+    for name in candidates:
+        result = score(out / name, "val", config, device, fetch_options, args.progress, args.limit)
+        validation[name] = {"sacrebleu": round(result.report.sacrebleu, 2),
+                            "tokenized_lower_bleu": round(result.report.tokenized_lower, 2)}
+        print(f"val  {name:12s} sacreBLEU {result.report.sacrebleu:6.2f}   "
+              f"lowercased tokenised BLEU {result.report.tokenized_lower:6.2f}")
+    chosen = max(candidates, key=lambda name: validation[name]["sacrebleu"])
+
+    test = score(out / chosen, "test", config, device, fetch_options, args.progress, args.limit)
+    report = test.report
+    (out / "test_translations.txt").write_text("".join(t + "\n" for t in test.texts), encoding="utf-8")
+    hardware = log["hardware"]
+    results = {
+        "checkpoint": chosen, "config": config, "validation": validation,
+        "test": {"split": "test_2016_flickr", "sentences": report.n_sentences,
+                 "sacrebleu": round(report.sacrebleu, 2), "signature": report.signature,
+                 "sacrebleu_lc": round(report.sacrebleu_lc, 2),
+                 "tokenized_lower_bleu": round(report.tokenized_lower, 2),
+                 "translate_seconds": round(test.seconds, 1)},
+        "training_minutes": round(log["elapsed_seconds"] / 60, 1),
+        "total_minutes": round((time.perf_counter() - started) / 60, 1),
+        "hardware": hardware.get("gpu") or f"{hardware['cpu_count']}-core CPU ({hardware['cpu']}), "
+                                            f"{hardware['torch_threads']} threads",
+        "torch": hardware["torch"], "parameters": log["parameters"],
+        "command": "python -m transformer_course.reproduce " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    (out / "results.md").write_text(results_table(results), encoding="utf-8")
+    print(f"\ntest_2016_flickr with {chosen} (chosen on val), {report.n_sentences} sentences:")
+    print(f"sacreBLEU                  {report.sacrebleu:6.2f}   {report.signature}")
+    print(f"lowercased tokenised BLEU  {report.tokenized_lower:6.2f}   (corpus BLEU on lowercased spaCy tokens)")
+    print(f"training {results['training_minutes']} min on {results['hardware']}; results in {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""A joint subword vocabulary for German and English (SentencePiece BPE), for the recipe that trains the best
+model of the course (`transformer_course/recipes/`).
+
+Word vocabularies built with spaCy (notebook 07) map every rare word to <unk>. Byte-pair encoding instead
+splits words into pieces learnt from the training text ("Skateboarder" -> "▁Skate", "board", "er"): a few
+thousand pieces spell every word, so nothing is unknown. One vocabulary for both languages lets the source
+embedding, the target embedding and the output layer share one matrix, as in the paper (section 3.4): names
+and numbers are copied from German to English through the same vectors. The text stays cased and
+untokenised, and decoding the pieces gives back ordinary text, ready for sacreBLEU.
+"""
+import hashlib
+import io
+from pathlib import Path
+
+__all__ = ["SubwordTokenizer"]
+
+
+def _sentencepiece():
+    try:
+        import sentencepiece
+    except ImportError as error:  # pragma: no cover - it is a dependency of the package
+        raise ImportError("the subword vocabulary needs SentencePiece: pip install sentencepiece") from error
+    return sentencepiece
+
+
+class SubwordTokenizer:
+    """Text <-> subword pieces with a trained SentencePiece model, kept as bytes (so it travels in checkpoints)."""
+
+    def __init__(self, model_proto: bytes):
+        self.model_proto = bytes(model_proto)
+        self._processor = _sentencepiece().SentencePieceProcessor(model_proto=self.model_proto)
+
+    @classmethod
+    def train(cls, sentences, vocab_size=8000, model_type="bpe", cache_dir=None):
+        """Learn `vocab_size` pieces from `sentences` (raw strings, both languages together). With `cache_dir`,
+        the model is stored there under a hash of the text and settings, and reused."""
+        sentences = list(sentences)
+        if vocab_size < 100:
+            raise ValueError(f"vocab_size must be at least 100, got {vocab_size}")
+        cache_file = None
+        if cache_dir is not None:
+            digest = hashlib.sha256(f"{vocab_size} {model_type}\n".encode())
+            for sentence in sentences:
+                digest.update(sentence.encode("utf-8") + b"\n")
+            cache_file = Path(cache_dir).expanduser() / f"sentencepiece-{digest.hexdigest()[:16]}.model"
+            if cache_file.exists():
+                return cls(cache_file.read_bytes())
+        model = io.BytesIO()
+        # Only <unk> is SentencePiece's own special; <pad>, <bos> and <eos> are added by the course's Vocab.
+        _sentencepiece().SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size, model_type=model_type,
+            character_coverage=1.0, unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1, num_threads=1, minloglevel=2)
+        tokenizer = cls(model.getvalue())
+        if cache_file is not None:
+            cache_file.parent.mkdir(parents=True, exist_ok=True)
+            part = cache_file.with_suffix(".part")
+            part.write_bytes(tokenizer.model_proto)
+            part.replace(cache_file)
+        return tokenizer
+
+    @property
+    def pieces(self):
+        """Every piece the model knows, except its <unk>: the tokens of the course's Vocab."""
+        return [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())
+                if not self._processor.is_unknown(i)]
+
+    def encode(self, sentences):
+        """Raw strings -> lists of pieces."""
+        return self._processor.encode(list(sentences), out_type=str)
+
+    def decode(self, pieces):
+        """A list of pieces -> text (the inverse of `encode`)."""
+        return self._processor.decode_pieces(list(pieces))
+
+    def __len__(self):
+        return self._processor.get_piece_size()
+
+    def __repr__(self):
+        return f"SubwordTokenizer({len(self)} pieces)"
