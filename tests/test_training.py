@@ -195,7 +195,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_configs():
-    assert set(CONFIGS) == {"quick", "full"}
+    assert set(CONFIGS) == {"quick", "full", "recipe"}
     config = make_config("quick", model__d_model=64, data__max_train_pairs=None)
     assert config["model"]["d_model"] == 64 and config["data"]["max_train_pairs"] is None
     assert CONFIGS["quick"]["model"]["d_model"] == 128  # a copy, not the original
