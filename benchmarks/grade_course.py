@@ -10,7 +10,6 @@ smoke mode (COURSE_SMOKE=1), as the grader does by default, and both must give e
 autograded tests.
 """
 import argparse
-import copy
 import os
 import shutil
 import subprocess
@@ -23,11 +22,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 from autograder import CONFIG  # noqa: E402
-
-
-def nbgrader_cells(notebook):
-    return {c.metadata["nbgrader"]["grade_id"]: c for c in notebook.cells if "grade_id" in c.metadata.get("nbgrader", {})}
+from grading import solved  # noqa: E402  (tests/grading.py: the submissions the tests grade too)
 
 
 def build_course(directory, assignments, students):
@@ -38,11 +35,7 @@ def build_course(directory, assignments, students):
                        cwd=directory, check=True, capture_output=True)
         release = nbformat.read(directory / "release" / assignment / f"{assignment}.ipynb", as_version=4)
         solution = nbformat.read(directory / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-        filled = copy.deepcopy(release)
-        answers = nbgrader_cells(solution)
-        for grade_id, cell in nbgrader_cells(filled).items():
-            if cell.metadata["nbgrader"].get("solution"):
-                cell.source = answers[grade_id].source
+        filled = solved(release, solution)
         for student in students:
             folder = directory / "submitted" / student / assignment
             folder.mkdir(parents=True)

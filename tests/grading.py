@@ -64,6 +64,13 @@ def with_answers(release, answers):
     return notebook
 
 
+def solved(release, solution):
+    """The release with every answer cell holding the solution's answer: a submission that earns full marks."""
+    answers = nbgrader_cells(solution)
+    return with_answers(release, {g: answers[g].source for g, c in nbgrader_cells(release).items()
+                                  if c.metadata["nbgrader"].get("solution")})
+
+
 def pack(answers):
     """Spread answers over as few students as possible, at most one per exercise each, so that one
     grading run tests many answers and every student keeps correct exercises to compare against."""

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from grading import ROOT, SOLUTIONS, nbgrader_cells
+from grading import ROOT, SOLUTIONS, nbgrader_cells, solved
 from autograder import CONFIG
 from autograder.sandbox import sandbox_available
 
@@ -190,12 +190,7 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
                    cwd=tmp_path, check=True, capture_output=True)
     release = nbformat.read(tmp_path / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     solution = nbformat.read(tmp_path / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    filled = copy.deepcopy(release)
-    answers = nbgrader_cells(solution)
-    for grade_id, cell in nbgrader_cells(filled).items():
-        if cell.metadata["nbgrader"].get("solution"):
-            cell.source = answers[grade_id].source
-    for student, notebook in (("solved", filled), ("untouched", release)):
+    for student, notebook in (("solved", solved(release, solution)), ("untouched", release)):
         folder = tmp_path / "submitted" / student / assignment
         folder.mkdir(parents=True)
         nbformat.write(notebook, folder / f"{assignment}.ipynb")
@@ -206,6 +201,6 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
         def tests(student):
             submission = gradebook.find_submission_notebook(assignment, assignment, student)
             return {g.name: (g.auto_score, g.max_score) for g in submission.grades if g.cell_type == "code"}
-        solved, untouched = tests("solved"), tests("untouched")
-    assert solved and all(score == top for score, top in solved.values()), f"the solutions lost points: {solved}"
+        full, untouched = tests("solved"), tests("untouched")
+    assert full and all(score == top for score, top in full.values()), f"the solutions lost points: {full}"
     assert all(score == 0 for score, _ in untouched.values()), f"the untouched release scored: {untouched}"

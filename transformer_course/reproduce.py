@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .evaluate import evaluate
+from .train import add_run_options
 from .training import RECIPE_FILE, choose_device, load_checkpoint, load_config, train
 
 
@@ -27,13 +28,7 @@ def parser():
     p = argparse.ArgumentParser(prog="python -m transformer_course.reproduce", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=str(RECIPE_FILE), help="configuration file (default: the course's recipe)")
-    p.add_argument("--out", required=True, help="folder for the checkpoints, the log and the results")
-    p.add_argument("--mirror", help="folder with the six official Multi30k .gz files (default: $MULTI30K_MIRROR, "
-                                    "else they are downloaded)")
-    p.add_argument("--cache-dir", help="download and vocabulary cache (default: $MULTI30K_CACHE or ~/.cache/...)")
-    p.add_argument("--resume", action="store_true", help="go on with the training run in OUT/last.pt")
-    p.add_argument("--device", default="auto", help="auto (a CUDA GPU if there is one), cpu, cuda, mps")
-    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: PyTorch's choice)")
+    add_run_options(p, "folder for the checkpoints, the log and the results")
     p.add_argument("--limit", type=int, help="translate only the first N sentences of val and test (a quick check; "
                                            "the figures are then not comparable with anything)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")

@@ -37,19 +37,24 @@ OVERRIDES = {
 }
 
 
-def parser():
-    p = argparse.ArgumentParser(prog="python -m transformer_course.train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=sorted(CONFIGS), default="quick",
-                   help="quick: a small model on a subset (CPU, minutes); full: all of Multi30k, a bigger model (GPU)")
-    p.add_argument("--out", required=True, help="folder for best.pt, last.pt and log.json")
+def add_run_options(p, out_help):
+    """The options of every training command: where to write, where the data is, resume, device, threads."""
+    p.add_argument("--out", required=True, help=out_help)
     p.add_argument("--mirror", help="folder with the six official Multi30k .gz files (default: $MULTI30K_MIRROR, "
                                     "else they are downloaded into the cache)")
     p.add_argument("--cache-dir", help="download and token cache (default: $MULTI30K_CACHE or ~/.cache/...)")
     p.add_argument("--resume", action="store_true", help="go on with the run in OUT/last.pt (same settings)")
     p.add_argument("--device", default="auto", help="auto (a CUDA GPU if there is one), cpu, cuda, cuda:1, mps")
-    p.add_argument("--no-amp", dest="amp", action="store_false", help="no mixed precision on the GPU")
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch (default: PyTorch's choice)")
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m transformer_course.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=sorted(CONFIGS), default="quick",
+                   help="quick: a small model on a subset (CPU, minutes); full: all of Multi30k, a bigger model (GPU)")
+    add_run_options(p, "folder for best.pt, last.pt and log.json")
+    p.add_argument("--no-amp", dest="amp", action="store_false", help="no mixed precision on the GPU")
     p.add_argument("--save-every-steps", type=int, help="also write last.pt every N steps")
     p.add_argument("--save-every-seconds", type=float, default=600, help="also write last.pt this often (default 600)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
