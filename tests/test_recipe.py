@@ -42,6 +42,16 @@ def test_tied_embeddings_share_one_matrix():
         Transformer(50, 60, d_model=16, tie_embeddings=True)
 
 
+def test_tied_token_vectors_start_as_large_as_the_positional_encoding():
+    torch.manual_seed(0)
+    model = Transformer(2000, 2000, d_model=64, n_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32,
+                        tie_embeddings=True)
+    tokens = model.src_embed(torch.arange(1, 2000))                    # scaled by sqrt(d_model)
+    mean_square = tokens.pow(2).mean().item()
+    assert 0.9 < mean_square < 1.1, f"scaled token vectors have mean square {mean_square:.3f}, not about 1"
+    assert abs(model.pos_encoding.pe[:50].pow(2).mean().item() - 0.5) < 0.05  # the encoding's, for comparison
+
+
 def test_fast_dropout_drops_the_right_share_and_keeps_the_mean():
     torch.manual_seed(0)
     dropout = FastDropout(0.3)
@@ -120,14 +130,17 @@ def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path):
                   "tie_embeddings": True},
         "data": {"max_train_pairs": 300, "max_val_pairs": 20, "min_freq": 1, "lowercase": False,
                  "tokenizer": "subword", "vocab_size": 300},
-        "train": {"epochs": 3, "max_tokens": 600, "warmup_steps": 20, "average_last": 2},
-        "evaluate": {"beam_size": 2, "alpha": 0.6}}))
+        "train": {"epochs": 3, "max_tokens": 600, "warmup_steps": 20, "average_last": 2, "schedule": "linear"},
+        "evaluate": {"beam_size": 2, "alpha": [0.6, 1.0]}}))
     out = tmp_path / "run"
     assert main(["--config", str(config), "--out", str(out), "--mirror", MIRROR, "--cache-dir", str(tmp_path),
                  "--limit", "10", "--no-progress"]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert results["checkpoint"] in ("averaged.pt", "best.pt")
-    assert set(results["validation"]) == {"averaged.pt", "best.pt"}, "both candidates are scored on val"
+    assert results["checkpoint"] in ("averaged.pt", "best.pt") and results["alpha"] in (0.6, 1.0)
+    assert set(results["validation"]) == {f"{name} alpha={alpha}" for name in ("averaged.pt", "best.pt")
+                                          for alpha in (0.6, 1.0)}, "every candidate is scored on val"
+    best = max(results["validation"].values(), key=lambda scores: scores["sacrebleu"])
+    assert results["validation"][f"{results['checkpoint']} alpha={results['alpha']}"] == best
     assert results["test"]["sentences"] == 10 and results["test"]["signature"].startswith("nrefs:1|case:mixed")
     assert 0 <= results["test"]["sacrebleu"] <= 100 and results["training_minutes"] >= 0
     assert "python -m transformer_course.reproduce" in (out / "results.md").read_text()

@@ -19,8 +19,9 @@ from torch import nn
 from transformer_course import Transformer
 from transformer_course.data import Vocab
 from transformer_course.train import main
-from transformer_course.training import (CONFIGS, choose_device, evaluate, label_smoothing_loss, load_checkpoint,
-                                         make_config, noam_lr, noam_scheduler, save_checkpoint, train_step)
+from transformer_course.training import (CONFIGS, _check_resumable, choose_device, evaluate, label_smoothing_loss,
+                                         linear_decay_lr, load_checkpoint, make_config, noam_lr, noam_scheduler,
+                                         save_checkpoint, train_step)
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
@@ -109,6 +110,45 @@ def test_noam_scheduler_sets_the_rate_of_each_step():
         assert math.isclose(optimizer.param_groups[0]["lr"], noam_lr(step, 64, 10, 2.0))
         optimizer.step()
         scheduler.step()
+
+
+
+def test_linear_decay_warms_up_like_noam_then_falls_to_zero_at_the_last_step():
+    d, w, total = 256, 40, 200
+    for step in range(0, w + 1):
+        assert math.isclose(linear_decay_lr(step, d, w, 0.5, total), noam_lr(step, d, w, 0.5), rel_tol=1e-12)
+    peak = noam_lr(w, d, w, 0.5)
+    assert math.isclose(linear_decay_lr(w + (total - w) // 2, d, w, 0.5, total), peak / 2, rel_tol=1e-12)
+    rates = [linear_decay_lr(step, d, w, 0.5, total) for step in range(w, total + 5)]
+    assert all(a > b for a, b in zip(rates, rates[1:total - w + 1])), "the rate falls at every step after warm-up"
+    assert rates[total - w] == 0.0 and rates[-1] == 0.0, "the rate is 0 at the last step and stays there"
+
+
+def test_scheduler_follows_the_chosen_schedule():
+    optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(2))], lr=1.0)
+    scheduler = noam_scheduler(optimizer, 64, 10, factor=2.0, schedule="linear", total_steps=30)
+    for step in range(35):
+        assert math.isclose(optimizer.param_groups[0]["lr"], linear_decay_lr(step, 64, 10, 2.0, 30))
+        optimizer.step()
+        scheduler.step()
+    with pytest.raises(ValueError, match="total_steps"):
+        noam_scheduler(optimizer, 64, 10, schedule="linear")
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        noam_scheduler(optimizer, 64, 10, schedule="cosine")
+
+
+def test_a_run_whose_rate_reaches_zero_at_the_end_cannot_change_its_length_on_resume():
+    noam = make_config("quick")
+    longer = make_config("quick", train__epochs=noam["train"]["epochs"] + 2)
+    _check_resumable(noam, longer)  # noam's rate does not depend on the length: allowed
+    linear = make_config("quick", train__schedule="linear")
+    with pytest.raises(ValueError, match="train.epochs"):
+        _check_resumable(linear, make_config("quick", train__schedule="linear", train__epochs=9))
+    with pytest.raises(ValueError, match="train.schedule"):
+        _check_resumable(noam, linear)
+    legacy = make_config("quick")
+    del legacy["train"]["schedule"]  # a last.pt written before schedules could be chosen
+    _check_resumable(legacy, noam)
 
 
 # ----------------------------------------------------------------------------- train_step

@@ -33,6 +33,11 @@ class Transformer(nn.Module):
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+        if tie_embeddings:
+            # The shared matrix as in tensor2tensor and fairseq: N(0, 1/d_model), so that the scaled token
+            # vectors are as large as the positional encoding (Xavier's 0.016 made them a third of its size,
+            # and learning waited for them to grow) and the output logits start with unit spread.
+            nn.init.normal_(self.src_embed.embedding.weight, std=d_model ** -0.5)
 
     def encode(self, src, src_mask):
         return self.encoder(self.pos_encoding(self.src_embed(src)), src_mask)

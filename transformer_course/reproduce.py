@@ -6,9 +6,10 @@
 
 One command does everything: fetch Multi30k (or read --mirror), learn the subword vocabulary, train with the
 recipe (transformer_course/recipes/multi30k_de_en.json), average the last epochs' weights, choose between the
-averaged weights and the best single epoch by BLEU on the validation set (never the test set), and translate
-test_2016_flickr with beam search. It prints sacreBLEU (cased, detokenised, with its signature) and
-lowercased tokenised BLEU, and writes OUT/results.json and OUT/results.md.
+averaged weights and the best single epoch (and between length penalties, when the configuration lists
+several) by BLEU on the validation set (never the test set), and translate test_2016_flickr with beam search.
+It prints sacreBLEU (cased, detokenised, with its signature) and lowercased tokenised BLEU, and writes
+OUT/results.json and OUT/results.md.
 """
 import argparse
 import json
@@ -35,14 +36,19 @@ def parser():
     return p
 
 
-def score(checkpoint_path, split, config, device, fetch_options, progress, limit=None):
-    """BLEU of one checkpoint on one split, with the configuration's beam settings."""
+def alphas(config):
+    """The length penalties to try on the validation set: the configuration's "alpha", a number or a list."""
+    alpha = config.get("evaluate", {}).get("alpha", 0.6)
+    return [float(a) for a in alpha] if isinstance(alpha, (list, tuple)) else [float(alpha)]
+
+
+def score(checkpoint_path, split, config, alpha, device, fetch_options, progress, limit=None):
+    """BLEU of one checkpoint on one split, with the configuration's beam size and length penalty `alpha`."""
     checkpoint = load_checkpoint(checkpoint_path, map_location=device)
     model = checkpoint["model"].to(device)
     model.set_need_weights(False)
-    settings = config.get("evaluate", {})
     return evaluate(model, checkpoint["src_vocab"], checkpoint["tgt_vocab"], split=split,
-                    beam_size=settings.get("beam_size", 4), alpha=settings.get("alpha", 0.6),
+                    beam_size=config.get("evaluate", {}).get("beam_size", 4), alpha=alpha,
                     lowercase=bool(config["data"].get("lowercase")), subword=checkpoint.get("subword"),
                     limit=limit, device=device, progress=progress, **fetch_options)
 
@@ -52,7 +58,7 @@ def results_table(results):
     test = results["test"]
     return ("| model | sacreBLEU | lowercased tokenised BLEU | training time | hardware | command |\n"
             "|---|---|---|---|---|---|\n"
-            f"| {results['checkpoint']} | {test['sacrebleu']:.1f} | {test['tokenized_lower_bleu']:.1f} | "
+            f"| {results['checkpoint']}, α {results['alpha']} | {test['sacrebleu']:.1f} | {test['tokenized_lower_bleu']:.1f} | "
             f"{results['training_minutes']:.0f} min | {results['hardware']} | `{results['command']}` |\n\n"
             f"sacreBLEU signature: `{test['signature']}`\n")
 
@@ -77,23 +83,25 @@ def main(argv=None):
         return 1
     device = choose_device(args.device)
 
-    # Model selection on the validation set only: the averaged weights or the best single epoch.
-    candidates = [name for name in ("averaged.pt", "best.pt") if (out / name).exists()]
+    # Model selection on the validation set only: the averaged weights or the best single epoch, and the
+    # length penalty when the configuration lists several.
+    candidates = [(name, alpha) for name in ("averaged.pt", "best.pt") if (out / name).exists()
+                  for alpha in alphas(config)]
     validation = {}
-    for name in candidates:
-        result = score(out / name, "val", config, device, fetch_options, args.progress, args.limit)
-        validation[name] = {"sacrebleu": round(result.report.sacrebleu, 2),
-                            "tokenized_lower_bleu": round(result.report.tokenized_lower, 2)}
-        print(f"val  {name:12s} sacreBLEU {result.report.sacrebleu:6.2f}   "
+    for name, alpha in candidates:
+        result = score(out / name, "val", config, alpha, device, fetch_options, args.progress, args.limit)
+        validation[f"{name} alpha={alpha}"] = {"sacrebleu": round(result.report.sacrebleu, 2),
+                                               "tokenized_lower_bleu": round(result.report.tokenized_lower, 2)}
+        print(f"val  {name:12s} alpha {alpha:.1f}   sacreBLEU {result.report.sacrebleu:6.2f}   "
               f"lowercased tokenised BLEU {result.report.tokenized_lower:6.2f}")
-    chosen = max(candidates, key=lambda name: validation[name]["sacrebleu"])
+    chosen, alpha = max(candidates, key=lambda c: validation[f"{c[0]} alpha={c[1]}"]["sacrebleu"])
 
-    test = score(out / chosen, "test", config, device, fetch_options, args.progress, args.limit)
+    test = score(out / chosen, "test", config, alpha, device, fetch_options, args.progress, args.limit)
     report = test.report
     (out / "test_translations.txt").write_text("".join(t + "\n" for t in test.texts), encoding="utf-8")
     hardware = log["hardware"]
     results = {
-        "checkpoint": chosen, "config": config, "validation": validation,
+        "checkpoint": chosen, "alpha": alpha, "config": config, "validation": validation,
         "test": {"split": "test_2016_flickr", "sentences": report.n_sentences,
                  "sacrebleu": round(report.sacrebleu, 2), "signature": report.signature,
                  "sacrebleu_lc": round(report.sacrebleu_lc, 2),
@@ -108,7 +116,7 @@ def main(argv=None):
     }
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     (out / "results.md").write_text(results_table(results), encoding="utf-8")
-    print(f"\ntest_2016_flickr with {chosen} (chosen on val), {report.n_sentences} sentences:")
+    print(f"\ntest_2016_flickr with {chosen}, alpha {alpha} (chosen on val), {report.n_sentences} sentences:")
     print(f"sacreBLEU                  {report.sacrebleu:6.2f}   {report.signature}")
     print(f"lowercased tokenised BLEU  {report.tokenized_lower:6.2f}   (corpus BLEU on lowercased spaCy tokens)")
     print(f"training {results['training_minutes']} min on {results['hardware']}; results in {out / 'results.json'}")

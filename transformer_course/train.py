@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from .training import CONFIGS, load_checkpoint, make_config, train  # noqa: F401  (load_checkpoint: see above)
+from .training import CONFIGS, SCHEDULES, load_checkpoint, make_config, train  # noqa: F401  (load_checkpoint: see above)
 
 # option -> (section, key, type)
 OVERRIDES = {
@@ -22,6 +22,7 @@ OVERRIDES = {
     "max_steps": ("train", "max_steps", int),
     "warmup": ("train", "warmup_steps", int),
     "lr_factor": ("train", "lr_factor", float),
+    "schedule": ("train", "schedule", str),
     "smoothing": ("train", "smoothing", float),
     "clip": ("train", "clip", float),
     "seed": ("train", "seed", int),
@@ -63,6 +64,7 @@ def parser():
         keys = key if isinstance(key, tuple) else (key,)
         default = CONFIGS["quick"][section][keys[0]], CONFIGS["full"][section][keys[0]]
         group.add_argument("--" + option.replace("_", "-"), type=kind,
+                           choices=sorted(SCHEDULES) if option == "schedule" else None,
                            help=f"{section}.{'/'.join(keys)} (quick: {default[0]}, full: {default[1]})")
     return p
 

@@ -72,15 +72,36 @@ def noam_lr(step, d_model, warmup_steps, factor=1.0):
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)
 
 
-def noam_scheduler(optimizer, d_model, warmup_steps, factor=1.0):
-    """A LambdaLR that sets the learning rate to noam_lr(step, ...) after `step` calls of `.step()`.
+def linear_decay_lr(step, d_model, warmup_steps, factor=1.0, total_steps=None):
+    """The same warm-up and peak as noam_lr, then a straight line down to 0 at `total_steps`.
+
+    When the number of steps is known in advance this ends better than the 1/sqrt(step) tail, which is still
+    at half its peak after four times the warm-up: the last steps take small, precise steps instead."""
+    step = max(step, 1)
+    peak = noam_lr(warmup_steps, d_model, warmup_steps, factor)
+    if step <= warmup_steps:
+        return peak * step / warmup_steps
+    return peak * max(0.0, (total_steps - step) / max(total_steps - warmup_steps, 1))
+
+
+SCHEDULES = {"noam": noam_lr, "linear": linear_decay_lr}
+
+
+def noam_scheduler(optimizer, d_model, warmup_steps, factor=1.0, schedule="noam", total_steps=None):
+    """A LambdaLR that sets the learning rate to noam_lr(step, ...) after `step` calls of `.step()`
+    (schedule="linear": linear_decay_lr, which needs `total_steps`).
 
     LambdaLR multiplies the optimizer's own learning rate, so create the optimizer with lr=1.0."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
+    if schedule == "linear" and not total_steps:
+        raise ValueError("the linear schedule needs total_steps, the number of training steps")
     for group in optimizer.param_groups:
         if group["lr"] != 1.0:
             warnings.warn(f"the optimizer's lr is {group['lr']}, not 1.0: the schedule multiplies it")
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(noam_lr, d_model=d_model, warmup_steps=warmup_steps,
-                                                                factor=factor))
+    extra = {"total_steps": total_steps} if schedule == "linear" else {}
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(SCHEDULES[schedule], d_model=d_model,
+                                                                warmup_steps=warmup_steps, factor=factor, **extra))
 
 
 def train_step(model, src, tgt, optimizer, scheduler=None, pad_idx=0, smoothing=0.1, clip=1.0):
@@ -224,7 +245,8 @@ CONFIGS = {
                   "dropout": 0.1, "max_len": 256, "norm_first": False, "tie_embeddings": False},
         "data": {"max_train_pairs": 5000, "max_val_pairs": 500, "min_freq": 2, "lowercase": True,
                  "tokenizer": "spacy", "vocab_size": None},
-        "train": {"epochs": 6, "max_tokens": 1500, "warmup_steps": 200, "lr_factor": 1.0, "smoothing": 0.1, "clip": 1.0,
+        "train": {"epochs": 6, "max_tokens": 1500, "warmup_steps": 200, "lr_factor": 1.0, "schedule": "noam",
+                  "smoothing": 0.1, "clip": 1.0,
                   "betas": [0.9, 0.98], "eps": 1e-9, "seed": 0, "max_steps": None, "average_last": 0},
     },
     "full": {
@@ -232,7 +254,8 @@ CONFIGS = {
                   "dropout": 0.1, "max_len": 256, "norm_first": False, "tie_embeddings": False},
         "data": {"max_train_pairs": None, "max_val_pairs": None, "min_freq": 2, "lowercase": True,
                  "tokenizer": "spacy", "vocab_size": None},
-        "train": {"epochs": 20, "max_tokens": 4096, "warmup_steps": 2000, "lr_factor": 1.0, "smoothing": 0.1, "clip": 1.0,
+        "train": {"epochs": 20, "max_tokens": 4096, "warmup_steps": 2000, "lr_factor": 1.0, "schedule": "noam",
+                  "smoothing": 0.1, "clip": 1.0,
                   "betas": [0.9, 0.98], "eps": 1e-9, "seed": 0, "max_steps": None, "average_last": 0},
     },
 }
@@ -415,16 +438,19 @@ def _stop_on_interrupt():
 
 def _check_resumable(stored, config):
     """The run in last.pt may go on with a different number of epochs or steps, but not with another model,
-    other data or other hyperparameters."""
+    other data or other hyperparameters (nor another length when the schedule decays to 0 at the end)."""
+    free = ("train.epochs", "train.max_steps") if config["train"].get("schedule", "noam") == "noam" else ()
+    free += ("train.average_last",)  # only which epochs are kept and averaged at the end: training is the same
+
     def flat(c):
-        return {f"{s}.{k}": v for s in ("model", "data", "train") for k, v in c[s].items()
-                if f"{s}.{k}" not in ("train.epochs", "train.max_steps")}
+        return {"train.schedule": "noam",  # runs from before the schedule could be chosen
+                **{f"{s}.{k}": v for s in ("model", "data", "train") for k, v in c[s].items() if f"{s}.{k}" not in free}}
     old, new = flat(stored), flat(_plain(config))
     differences = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
                    if old.get(k) != new.get(k)]
     if differences:
         raise ValueError("cannot resume: the settings differ from those of the run in last.pt ("
-                         + "; ".join(differences) + "). Use the same settings (only the number of epochs or "
+                         + "; ".join(differences) + "). Use the same settings (with the noam schedule the number of epochs or "
                          "the step limit may change), or start a new run in another folder.")
 
 
@@ -467,9 +493,13 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     # The subword model travels in every checkpoint: the vocabulary alone cannot cut new text into pieces.
     tokenizer_entry = {"subword": data.subword.model_proto} if data.subword is not None else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc["betas"]), eps=tc["eps"])
-    scheduler = noam_scheduler(optimizer, config["model"]["d_model"], tc["warmup_steps"], tc["lr_factor"])
-    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
     train_sampler = TokenBatchSampler(data.train.lengths, tc["max_tokens"], shuffle=True, seed=tc["seed"])
+    total_steps = sum(len(train_sampler.batches(epoch)) for epoch in range(tc["epochs"]))
+    if tc.get("max_steps"):
+        total_steps = min(total_steps, tc["max_steps"])
+    scheduler = noam_scheduler(optimizer, config["model"]["d_model"], tc["warmup_steps"], tc["lr_factor"],
+                               tc.get("schedule", "noam"), total_steps)
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
     log = {"config": _plain(config), "hardware": _hardware(device), "amp": str(amp_dtype) if amp_dtype else None,
            "parameters": sum(p.numel() for p in model.parameters()),
@@ -613,9 +643,11 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     log["finished"] = stopped is None
     log["stopped"] = stopped
     if log["finished"] and tc.get("average_last"):
-        epochs = range(tc["epochs"] - tc["average_last"] + 1, tc["epochs"] + 1)
-        average_checkpoints([out_dir / f"epoch{e}.pt" for e in epochs if e >= 1], out_dir / "averaged.pt")
-        log["averaged"] = {"epochs": [e for e in epochs if e >= 1], "path": "averaged.pt"}
+        # (a run resumed with a larger average_last has only the epochs its first settings kept)
+        epochs = [e for e in range(tc["epochs"] - tc["average_last"] + 1, tc["epochs"] + 1)
+                  if e >= 1 and (out_dir / f"epoch{e}.pt").exists()]
+        average_checkpoints([out_dir / f"epoch{e}.pt" for e in epochs], out_dir / "averaged.pt")
+        log["averaged"] = {"epochs": epochs, "path": "averaged.pt"}
         print_fn(f"averaged.pt: the mean of the weights of epochs {log['averaged']['epochs']}")
     save_last()
     if stopped is not None:
