@@ -443,15 +443,16 @@ def _check_resumable(stored, config):
     free += ("train.average_last",)  # only which epochs are kept and averaged at the end: training is the same
 
     def flat(c):
-        return {"train.schedule": "noam",  # runs from before the schedule could be chosen
-                **{f"{s}.{k}": v for s in ("model", "data", "train") for k, v in c[s].items() if f"{s}.{k}" not in free}}
+        settings = {f"{s}.{k}": v for s in ("model", "data", "train") for k, v in c[s].items()}
+        settings.setdefault("train.schedule", "noam")  # runs from before the schedule could be chosen
+        return {k: v for k, v in settings.items() if k not in free}
     old, new = flat(stored), flat(_plain(config))
     differences = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
                    if old.get(k) != new.get(k)]
     if differences:
         raise ValueError("cannot resume: the settings differ from those of the run in last.pt ("
-                         + "; ".join(differences) + "). Use the same settings (with the noam schedule the number of epochs or "
-                         "the step limit may change), or start a new run in another folder.")
+                         + "; ".join(differences) + "). Use the same settings (with the noam schedule the number "
+                         "of epochs or the step limit may change), or start a new run in another folder.")
 
 
 def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None, cache_dir=None,
