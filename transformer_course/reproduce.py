@@ -87,14 +87,16 @@ def main(argv=None):
     # length penalty when the configuration lists several.
     candidates = [(name, alpha) for name in ("averaged.pt", "best.pt") if (out / name).exists()
                   for alpha in alphas(config)]
-    validation = {}
+    val_scores = {}
     for name, alpha in candidates:
-        result = score(out / name, "val", config, alpha, device, fetch_options, args.progress, args.limit)
-        validation[f"{name} alpha={alpha}"] = {"sacrebleu": round(result.report.sacrebleu, 2),
-                                               "tokenized_lower_bleu": round(result.report.tokenized_lower, 2)}
-        print(f"val  {name:12s} alpha {alpha:.1f}   sacreBLEU {result.report.sacrebleu:6.2f}   "
-              f"lowercased tokenised BLEU {result.report.tokenized_lower:6.2f}")
-    chosen, alpha = max(candidates, key=lambda c: validation[f"{c[0]} alpha={c[1]}"]["sacrebleu"])
+        val_scores[name, alpha] = score(out / name, "val", config, alpha, device, fetch_options, args.progress,
+                                        args.limit).report
+        print(f"val  {name:12s} alpha {alpha:.1f}   sacreBLEU {val_scores[name, alpha].sacrebleu:6.2f}   "
+              f"lowercased tokenised BLEU {val_scores[name, alpha].tokenized_lower:6.2f}")
+    chosen, alpha = max(candidates, key=lambda candidate: val_scores[candidate].sacrebleu)
+    validation = {f"{name} alpha={a}": {"sacrebleu": round(r.sacrebleu, 2),
+                                        "tokenized_lower_bleu": round(r.tokenized_lower, 2)}
+                  for (name, a), r in val_scores.items()}
 
     test = score(out / chosen, "test", config, alpha, device, fetch_options, args.progress, args.limit)
     report = test.report
