@@ -2,7 +2,8 @@
 
 Used by the round-trip tests: release an assignment from solutions/, hand in notebooks made from the
 release (filled with the solutions, untouched, or with chosen answers), run ``nbgrader autograde`` and
-read the scores back from the gradebook.
+read the scores back from the gradebook. ``KernelReplay`` scores many more answers with nbgrader's rule
+in one kernel, for the wide suites of realistic answers.
 """
 import copy
 import os
@@ -10,10 +11,12 @@ import runpy
 import shutil
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "solutions"
@@ -84,6 +87,11 @@ def pack(answers):
     return students
 
 
+# One thread per kernel: the tests already run one grading job per core. COURSE_SMOKE makes the
+# notebooks' training demos take a handful of steps: grading many students must stay quick.
+GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1")
+
+
 class ScratchCourse:
     """An nbgrader course directory with the course's configuration and one assignment."""
 
@@ -100,11 +108,8 @@ class ScratchCourse:
         return self.root.joinpath(*parts)
 
     def nbgrader(self, *args):
-        # One thread per kernel: the tests already run one grading job per core. COURSE_SMOKE makes the
-        # notebooks' training demos take a handful of steps: grading many students must stay quick.
-        env = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1")
         subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=self.root,
-                       env=env, check=True, capture_output=True)
+                       env=GRADING_ENV, check=True, capture_output=True)
 
     def submit(self, student, notebook):
         target = self.path("submitted", student)
@@ -129,8 +134,93 @@ class ScratchCourse:
                                       if g.cell_type == "code"}
         return result
 
-    def feedback_text(self, student, grade_id):
-        """What the student sees under a graded test cell: its error name, message and traceback."""
-        notebook = nbformat.read(self.path("autograded", student), as_version=4)
-        outputs = nbgrader_cells(notebook)[grade_id].get("outputs", [])
-        return "\n".join(f"{o.ename}: {o.evalue}" for o in outputs if o.output_type == "error")
+
+class KernelReplay:
+    """Scores submissions of one assignment the way nbgrader does (an autograded test cell earns its points
+    when it raises nothing), many in one kernel instead of a fresh kernel and fresh imports for each.
+
+    The kernel first runs the solution notebook (release, solutions and hidden tests) top to bottom. A
+    submission, given as its answers (grade_id -> source), then re-runs the set-up cell (imports are cached
+    by then; it resets the random seed), and every cell from its first answer to the end, in order, with
+    its answers in place of the solutions'. Cells before that point cannot see its answers, so they keep
+    the solution run's scores. Names left behind by the previous submission are deleted first, and any
+    cells it ran with other answers are re-run: each submission starts from the solution run's state.
+
+        with KernelReplay(solution_notebook, workdir) as replay:
+            scores, errors = replay.grade({"attention": "def attention(q, k, v): ..."})
+    """
+
+    def __init__(self, solution, workdir):
+        self.notebook = copy.deepcopy(solution)
+        self.cells = list(self.notebook.cells)
+        self.notebook.cells.append(nbformat.v4.new_code_cell())     # where the replay runs its own code
+        self.client = NotebookClient(self.notebook, timeout=600, kernel_name="python3", allow_errors=True,
+                                     resources={"metadata": {"path": str(workdir)}})
+        self.setup = next(i for i, c in enumerate(self.cells)
+                          if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
+        self.dirty = len(self.cells)     # cells from here on last ran with somebody else's answers
+
+    def __enter__(self):
+        self._kernel = self.client.setup_kernel(env=GRADING_ENV)
+        self._kernel.__enter__()
+        for index in range(len(self.cells)):
+            self._run(index, self.cells[index].source)
+        self.reference = self._scores(range(len(self.cells)))
+        failed = {g: e for g, e in self._errors(range(len(self.cells))).items() if e}
+        assert not failed, f"the solution notebook fails its own tests in one kernel: {failed}"
+        self._run_hidden("__replay_names__ = set(globals()) | {\"__replay_names__\", \"__name\", \"__plt\"}")
+        return self
+
+    def __exit__(self, *exc):
+        return self._kernel.__exit__(*exc)
+
+    def grade(self, answers):
+        """answers: grade_id -> source. Returns ({grade_id: (score, max)}, {grade_id: error text})."""
+        cells = nbgrader_cells(self.notebook)
+        positions = {self.cells.index(cells[g]): source for g, source in answers.items()}
+        first = min(positions)
+        start = min(first, self.dirty)
+        self._run_hidden("""
+            for __name in set(globals()) - __replay_names__:
+                del globals()[__name]
+            import matplotlib.pyplot as __plt
+            __plt.close("all")
+        """)
+        self._run(self.setup, self.cells[self.setup].source)
+        for index in range(start, len(self.cells)):
+            self._run(index, positions.get(index, self.cells[index].source))
+        self.dirty = first
+        ran = range(start, len(self.cells))
+        return {**self.reference, **self._scores(ran)}, self._errors(ran)
+
+    def _run(self, index, source):
+        cell = self.cells[index]
+        if cell.cell_type != "code":
+            return
+        original, cell.source = cell.source, source
+        try:
+            self.client.execute_cell(cell, index)
+        finally:
+            cell.source = original
+
+    def _run_hidden(self, source):
+        cell = self.notebook.cells[-1]
+        cell.source = textwrap.dedent(source)
+        self.client.execute_cell(cell, len(self.cells))
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        assert not errors, f"the replay's own code failed: {errors}"
+
+    def _graded(self, indices):
+        for index in indices:
+            cell = self.cells[index]
+            meta = cell.metadata.get("nbgrader", {})
+            if cell.cell_type == "code" and meta.get("grade"):
+                yield meta["grade_id"], meta.get("points", 0), cell
+
+    def _scores(self, indices):
+        return {g: (0.0 if any(o.output_type == "error" for o in cell.outputs) else float(points), float(points))
+                for g, points, cell in self._graded(indices)}
+
+    def _errors(self, indices):
+        return {g: "\n".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
+                for g, _, cell in self._graded(indices)}

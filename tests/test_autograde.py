@@ -1,13 +1,16 @@
 """The autograder round trip, through plain ``nbgrader autograde`` on a scratch course.
 
 For every assignment with a suite of realistic answers in tests/submissions/: the release filled with
-the solutions gets full marks, the untouched release gets zero on every test cell, each wrong answer
-loses points in its own exercise only (with feedback that names the mistake), and each correct but
-unusual answer keeps full marks.
+the solutions gets full marks and the untouched release gets zero on every test cell, both graded by
+nbgrader itself; each wrong answer loses points in its own exercise only (with feedback that names the
+mistake), and each correct but unusual answer keeps full marks. The suites hold about 300 answers, so they
+are scored with nbgrader's rule in one kernel per assignment (``grading.KernelReplay``): a fresh kernel
+and fresh imports for each would take most of CI's time.
 """
 import pytest
 
-from grading import SUBMISSIONS, ScratchCourse, answer_ids, grade_cells_of, load_suite, pack, with_answers
+from grading import (SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, grade_cells_of, load_suite, pack,
+                     with_answers)
 
 ASSIGNMENTS = sorted(p.stem for p in SUBMISSIONS.glob("[0-9][0-9]_*.py"))
 
@@ -26,27 +29,33 @@ _graded = {}
 
 
 def graded(assignment, tmp_path_factory):
-    """Grade every student of one assignment once: (course, scores, student -> {exercise: answer})."""
+    """Grade every student of one assignment once: (course, scores, feedback, student -> {exercise: answer}).
+
+    scores: student -> {grade_id: (score, max)}; feedback: student -> {grade_id: the errors shown}.
+    """
     if assignment not in _graded:
         course = ScratchCourse(tmp_path_factory.mktemp(assignment), assignment)
         wrong, unusual = load_suite(assignment)
-        solutions = course.solution_answers()
-        course.submit("solution", with_answers(course.release, solutions))
+        course.submit("solution", with_answers(course.release, course.solution_answers()))
         course.submit("untouched", course.release)
-        placement = {}
-        for kind, answers in (("wrong", wrong), ("unusual", unusual)):
-            for number, chosen in enumerate(pack(answers)):
-                placement[f"{kind}{number}"] = chosen
-                answers_by_cell = {**solutions, **{exercise: a.source for exercise, a in chosen.items()}}
-                course.submit(f"{kind}{number}", with_answers(course.release, answers_by_cell))
         course.autograde()
-        _graded[assignment] = course, course.scores(), placement
+        scores = course.scores()
+        feedback = {}
+        placement = {}
+        with KernelReplay(course.solution, tmp_path_factory.mktemp(f"{assignment}-replay")) as replay:
+            for kind, answers in (("wrong", wrong), ("unusual", unusual)):
+                for number, chosen in enumerate(pack(answers)):
+                    student = f"{kind}{number}"
+                    placement[student] = chosen
+                    scores[student], feedback[student] = replay.grade(
+                        {exercise: a.source for exercise, a in chosen.items()})
+        _graded[assignment] = course, scores, feedback, placement
     return _graded[assignment]
 
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
 def test_solutions_get_full_marks(assignment, tmp_path_factory):
-    course, scores, _ = graded(assignment, tmp_path_factory)
+    course, scores, _, _ = graded(assignment, tmp_path_factory)
     lost = {cell: score for cell, score in scores["solution"].items() if score[0] != score[1]}
     assert not lost, f"the release filled with the solutions lost points: {lost}"
     assert len(scores["solution"]) >= len(answer_ids(course.solution)), "fewer test cells than exercises"
@@ -54,14 +63,14 @@ def test_solutions_get_full_marks(assignment, tmp_path_factory):
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
 def test_untouched_release_gets_zero_on_every_test_cell(assignment, tmp_path_factory):
-    _, scores, _ = graded(assignment, tmp_path_factory)
+    _, scores, _, _ = graded(assignment, tmp_path_factory)
     scored = {cell: score for cell, score in scores["untouched"].items() if score[0] != 0}
     assert not scored, f"the untouched release scored points: {scored}"
 
 
 @pytest.mark.parametrize("assignment, kind, answer", list(cases()))
 def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_factory):
-    course, scores, placement = graded(assignment, tmp_path_factory)
+    course, scores, feedback, placement = graded(assignment, tmp_path_factory)
     student = next(s for s, chosen in placement.items() if chosen.get(answer.exercise) == answer)
     own_cells = grade_cells_of(course.solution, answer.exercise)
     assert own_cells, f"no test cells for exercise {answer.exercise}"
@@ -76,6 +85,6 @@ def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_f
         for cell in grade_cells_of(course.solution, exercise):
             score, most = scores[student][cell]
             assert score == most, f"the wrong {answer.exercise} ({answer.why}) cost points in {cell}"
-    feedback = "\n".join(course.feedback_text(student, cell) for cell in own_cells)
-    assert answer.message.lower() in feedback.lower(), \
-        f"the feedback for '{answer.why}' should say '{answer.message}', it says:\n{feedback}"
+    shown = "\n".join(feedback[student].get(cell, "") for cell in own_cells)
+    assert answer.message.lower() in shown.lower(), \
+        f"the feedback for '{answer.why}' should say '{answer.message}', it says:\n{shown}"
