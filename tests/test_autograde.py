@@ -88,3 +88,31 @@ def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_f
     shown = "\n".join(feedback[student].get(cell, "") for cell in own_cells)
     assert answer.message.lower() in shown.lower(), \
         f"the feedback for '{answer.why}' should say '{answer.message}', it says:\n{shown}"
+
+
+def test_kernel_replay_scores_like_nbgrader_and_forgets_the_previous_student(tmp_path):
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    def cell(source, grade_id, **nbgrader):
+        return new_code_cell(source, metadata={"nbgrader": {"grade_id": grade_id, **nbgrader}})
+
+    solution = new_notebook(cells=[
+        cell("import math\nCALLS = []", "setup"),
+        cell("def area(r):\n    return math.pi * r * r", "area", solution=True, grade=False),
+        cell("CALLS.append('area')\nassert abs(area(1) - math.pi) < 1e-9, 'area(1) should be pi'",
+             "test_area", grade=True, points=2),
+        cell("def double(x):\n    return 2 * x", "double", solution=True, grade=False),
+        cell("assert double(3) == 6, 'double(3) should be 6'", "test_double", grade=True, points=1),
+    ])
+    with KernelReplay(solution, tmp_path) as replay:
+        scores, errors = replay.grade({"area": "def helper(r):\n    return r * r\ndef area(r):\n    return helper(r)"})
+        assert scores == {"test_area": (0.0, 2.0), "test_double": (1.0, 1.0)}
+        assert "area(1) should be pi" in errors["test_area"] and not errors["test_double"]
+        # The previous student's wrong area is replaced by the solution's, and its helper is gone.
+        scores, _ = replay.grade({"double": "def double(x):\n    return 2 * x + round(area(0))"})
+        assert scores == {"test_area": (2.0, 2.0), "test_double": (1.0, 1.0)}
+        scores, errors = replay.grade({"double": "def double(x):\n    return helper(x) + x"})
+        assert scores == {"test_area": (2.0, 2.0), "test_double": (0.0, 1.0)}
+        assert "NameError" in errors["test_double"]
+        scores, _ = replay.grade({"double": "def double(x):\n    return x + x"})
+        assert scores == {"test_area": (2.0, 2.0), "test_double": (1.0, 1.0)}
