@@ -20,7 +20,7 @@ from transformer_course import Transformer
 from transformer_course.data import Vocab
 from transformer_course.train import main
 from transformer_course.training import (CONFIGS, _check_resumable, choose_device, evaluate, label_smoothing_loss,
-                                         linear_decay_lr, load_checkpoint, make_config, noam_lr, noam_scheduler,
+                                         linear_decay_lr, load_checkpoint, lr_scheduler, make_config, noam_lr,
                                          save_checkpoint, train_step)
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
@@ -103,14 +103,13 @@ def test_noam_lr_follows_the_paper():
     assert noam_lr(0, d, w) == noam_lr(1, d, w)
 
 
-def test_noam_scheduler_sets_the_rate_of_each_step():
+def test_lr_scheduler_sets_the_rate_of_each_step():
     optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(2))], lr=1.0)
-    scheduler = noam_scheduler(optimizer, 64, 10, factor=2.0)
+    scheduler = lr_scheduler(optimizer, 64, 10, factor=2.0)
     for step in range(25):
         assert math.isclose(optimizer.param_groups[0]["lr"], noam_lr(step, 64, 10, 2.0))
         optimizer.step()
         scheduler.step()
-
 
 
 def test_linear_decay_warms_up_like_noam_then_falls_to_zero_at_the_last_step():
@@ -126,15 +125,15 @@ def test_linear_decay_warms_up_like_noam_then_falls_to_zero_at_the_last_step():
 
 def test_scheduler_follows_the_chosen_schedule():
     optimizer = torch.optim.Adam([nn.Parameter(torch.zeros(2))], lr=1.0)
-    scheduler = noam_scheduler(optimizer, 64, 10, factor=2.0, schedule="linear", total_steps=30)
+    scheduler = lr_scheduler(optimizer, 64, 10, factor=2.0, schedule="linear", total_steps=30)
     for step in range(35):
         assert math.isclose(optimizer.param_groups[0]["lr"], linear_decay_lr(step, 64, 10, 2.0, 30))
         optimizer.step()
         scheduler.step()
     with pytest.raises(ValueError, match="total_steps"):
-        noam_scheduler(optimizer, 64, 10, schedule="linear")
+        lr_scheduler(optimizer, 64, 10, schedule="linear")
     with pytest.raises(ValueError, match="schedule must be one of"):
-        noam_scheduler(optimizer, 64, 10, schedule="cosine")
+        lr_scheduler(optimizer, 64, 10, schedule="cosine")
 
 
 def test_a_run_whose_rate_reaches_zero_at_the_end_cannot_change_its_length_on_resume():

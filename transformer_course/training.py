@@ -37,7 +37,7 @@ from .model import Transformer
 from .subword import SubwordTokenizer
 
 __all__ = [
-    "label_smoothing_loss", "noam_lr", "noam_scheduler", "train_step", "evaluate",
+    "label_smoothing_loss", "noam_lr", "lr_scheduler", "train_step", "evaluate",
     "save_checkpoint", "load_checkpoint", "choose_device",
     "CONFIGS", "RECIPE_FILE", "make_config", "load_config", "TrainingData", "load_multi30k", "batches_of",
     "average_checkpoints", "train",
@@ -87,21 +87,22 @@ def linear_decay_lr(step, d_model, warmup_steps, factor=1.0, total_steps=None):
 SCHEDULES = {"noam": noam_lr, "linear": linear_decay_lr}
 
 
-def noam_scheduler(optimizer, d_model, warmup_steps, factor=1.0, schedule="noam", total_steps=None):
-    """A LambdaLR that sets the learning rate to noam_lr(step, ...) after `step` calls of `.step()`
-    (schedule="linear": linear_decay_lr, which needs `total_steps`).
+def lr_scheduler(optimizer, d_model, warmup_steps, factor=1.0, schedule="noam", total_steps=None):
+    """A LambdaLR that sets the learning rate of step `step` (after `step` calls of `.step()`) by one of
+    SCHEDULES: noam_lr (the paper's), or linear_decay_lr, which needs `total_steps`.
 
     LambdaLR multiplies the optimizer's own learning rate, so create the optimizer with lr=1.0."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {schedule!r}")
-    if schedule == "linear" and not total_steps:
-        raise ValueError("the linear schedule needs total_steps, the number of training steps")
+    rate = partial(SCHEDULES[schedule], d_model=d_model, warmup_steps=warmup_steps, factor=factor)
+    if schedule == "linear":
+        if not total_steps:
+            raise ValueError("the linear schedule needs total_steps, the number of training steps")
+        rate = partial(rate, total_steps=total_steps)
     for group in optimizer.param_groups:
         if group["lr"] != 1.0:
             warnings.warn(f"the optimizer's lr is {group['lr']}, not 1.0: the schedule multiplies it")
-    extra = {"total_steps": total_steps} if schedule == "linear" else {}
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, partial(SCHEDULES[schedule], d_model=d_model,
-                                                                warmup_steps=warmup_steps, factor=factor, **extra))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
 
 
 def train_step(model, src, tgt, optimizer, scheduler=None, pad_idx=0, smoothing=0.1, clip=1.0):
@@ -495,10 +496,11 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     tokenizer_entry = {"subword": data.subword.model_proto} if data.subword is not None else {}
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=tuple(tc["betas"]), eps=tc["eps"])
     train_sampler = TokenBatchSampler(data.train.lengths, tc["max_tokens"], shuffle=True, seed=tc["seed"])
-    total_steps = sum(len(train_sampler.batches(epoch)) for epoch in range(tc["epochs"]))
-    if tc.get("max_steps"):
-        total_steps = min(total_steps, tc["max_steps"])
-    scheduler = noam_scheduler(optimizer, config["model"]["d_model"], tc["warmup_steps"], tc["lr_factor"],
+    total_steps = None
+    if tc.get("schedule") == "linear":    # the only schedule that needs the run's length
+        total_steps = sum(len(train_sampler.batches(epoch)) for epoch in range(tc["epochs"]))
+        total_steps = min(total_steps, tc.get("max_steps") or total_steps)
+    scheduler = lr_scheduler(optimizer, config["model"]["d_model"], tc["warmup_steps"], tc["lr_factor"],
                                tc.get("schedule", "noam"), total_steps)
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
 
