@@ -41,6 +41,40 @@ def load_suite(assignment):
     return suite["WRONG"], suite["UNUSUAL"]
 
 
+def finished_answers(exercises):
+    """Every route to the course's finished version of each exercise: answers that must score 0 there."""
+    import transformer_course
+
+    answers = []
+    for name in exercises:
+        finished = getattr(transformer_course, name)
+        routes = {
+            "imports the finished version": f"from transformer_course import {name}",
+            "an alias through its module": f"import {finished.__module__} as finished_module\n{name} = finished_module.{name}",
+            "a lookup by name": f"import importlib\n{name} = getattr(importlib.import_module('transformer_course'), '{name}')",
+            "a verbatim copy of the package's source": (
+                f"import inspect\nimport transformer_course\n"
+                f"finished_globals = dict(vars(inspect.getmodule(transformer_course.{name})))\n"
+                f"exec(inspect.getsource(transformer_course.{name}), finished_globals)\n"
+                f"{name} = finished_globals['{name}']"),
+        }
+        if isinstance(finished, type):
+            routes["a subclass"] = f"import transformer_course\nclass {name}(transformer_course.{name}):\n    pass"
+            routes["a module that holds the finished one"] = (
+                f"import transformer_course\nclass {name}(nn.Module):\n    def __init__(self, *args, **kwargs):\n"
+                f"        super().__init__()\n        self.inner = transformer_course.{name}(*args, **kwargs)\n\n"
+                f"    def forward(self, *args, **kwargs):\n        return self.inner(*args, **kwargs)")
+        else:
+            routes["a wrapper around a reference taken earlier"] = (
+                f"import transformer_course\n_finished = transformer_course.{name}\n\n"
+                f"def {name}(*args, **kwargs):\n    return _finished(*args, **kwargs)")
+            routes["a wrapper that looks it up by name"] = (
+                f"def {name}(*args, **kwargs):\n    import importlib\n"
+                f"    return getattr(importlib.import_module('transformer_course'), '{name}')(*args, **kwargs)")
+        answers += [Answer(name, why, source, f"finished `{name}`") for why, source in routes.items()]
+    return answers
+
+
 def nbgrader_cells(notebook):
     """grade_id -> cell for every nbgrader cell of a notebook."""
     return {c.metadata["nbgrader"]["grade_id"]: c for c in notebook.cells
@@ -143,7 +177,8 @@ class KernelReplay:
     submission, given as its answers (grade_id -> source), then re-runs the set-up cell (imports are cached
     by then; it resets the random seed), and every cell from its first answer to the end, in order, with
     its answers in place of the solutions'. Cells before that point cannot see its answers, so they keep
-    the solution run's scores. Names left behind by the previous submission are deleted first, and any
+    the solution run's scores. Names left behind by the previous submission, and the names it answers, are
+    deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
     cells it ran with other answers are re-run: each submission starts from the solution run's state.
 
         with KernelReplay(solution_notebook, workdir) as replay:
@@ -180,9 +215,10 @@ class KernelReplay:
         positions = {self.cells.index(cells[g]): source for g, source in answers.items()}
         first = min(positions)
         start = min(first, self.dirty)
-        self._run_hidden("""
-            for __name in set(globals()) - __replay_names__:
-                del globals()[__name]
+        # The answered names go too: an answer cell that fails must not leave the solution's definition behind.
+        self._run_hidden(f"""
+            for __name in (set(globals()) - __replay_names__) | {set(answers)!r}:
+                globals().pop(__name, None)
             import matplotlib.pyplot as __plt
             __plt.close("all")
         """)

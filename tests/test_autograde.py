@@ -2,24 +2,40 @@
 
 For every assignment with a suite of realistic answers in tests/submissions/: the release filled with
 the solutions gets full marks and the untouched release gets zero on every test cell, both graded by
-nbgrader itself; each wrong answer loses points in its own exercise only (with feedback that names the
-mistake), and each correct but unusual answer keeps full marks. The suites hold about 300 answers, so they
+nbgrader itself, and so does the release whose every answer imports the course's finished version; each
+wrong answer loses points in its own exercise only (with feedback that names the mistake), each route to
+the course's finished answer scores 0 in its exercise, and each correct but unusual answer keeps full
+marks. The suites hold about 400 answers, so they
 are scored with nbgrader's rule in one kernel per assignment (``grading.KernelReplay``): a fresh kernel
 and fresh imports for each would take most of CI's time.
 """
+import nbformat
 import pytest
 
-from grading import (SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, grade_cells_of, load_suite, pack,
-                     with_answers)
+from grading import (SOLUTIONS, SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, finished_answers, grade_cells_of,
+                     load_suite, pack, with_answers)
 
 ASSIGNMENTS = sorted(p.stem for p in SUBMISSIONS.glob("[0-9][0-9]_*.py"))
+
+
+# Three kinds of route to the course's finished answers, run through the kernel for every exercise: the object
+# itself, a wrapper (or a module) around it, a copy of its code. tests/test_own_work.py tries every route.
+KERNEL_ROUTES = ("imports the finished version", "a wrapper around a reference taken earlier",
+                 "a module that holds the finished one", "a verbatim copy of the package's source")
+
+
+def suites(assignment):
+    """kind -> answers: the suite's wrong and unusual answers, and routes to the package's finished answers."""
+    wrong, unusual = load_suite(assignment)
+    solution = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
+    finished = [a for a in finished_answers(answer_ids(solution)) if a.why in KERNEL_ROUTES]
+    return {"wrong": wrong, "unusual": unusual, "finished": finished}
 
 
 def cases():
     """(assignment, kind, answer) for every answer of every suite, grouped by assignment for xdist."""
     for assignment in ASSIGNMENTS:
-        wrong, unusual = load_suite(assignment)
-        for kind, answers in (("wrong", wrong), ("unusual", unusual)):
+        for kind, answers in suites(assignment).items():
             for answer in answers:
                 yield pytest.param(assignment, kind, answer, id=f"{assignment}-{kind}-{answer.exercise}-{answer.why[:40]}",
                                    marks=pytest.mark.xdist_group(assignment))
@@ -35,15 +51,16 @@ def graded(assignment, tmp_path_factory):
     """
     if assignment not in _graded:
         course = ScratchCourse(tmp_path_factory.mktemp(assignment), assignment)
-        wrong, unusual = load_suite(assignment)
         course.submit("solution", with_answers(course.release, course.solution_answers()))
         course.submit("untouched", course.release)
+        course.submit("finished", with_answers(course.release, {exercise: f"from transformer_course import {exercise}"
+                                                                for exercise in answer_ids(course.solution)}))
         course.autograde()
         scores = course.scores()
         feedback = {}
         placement = {}
         with KernelReplay(course.solution, tmp_path_factory.mktemp(f"{assignment}-replay")) as replay:
-            for kind, answers in (("wrong", wrong), ("unusual", unusual)):
+            for kind, answers in suites(assignment).items():
                 for number, chosen in enumerate(pack(answers)):
                     student = f"{kind}{number}"
                     placement[student] = chosen
@@ -68,6 +85,13 @@ def test_untouched_release_gets_zero_on_every_test_cell(assignment, tmp_path_fac
     assert not scored, f"the untouched release scored points: {scored}"
 
 
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
+def test_the_course_finished_answers_get_zero_on_every_test_cell(assignment, tmp_path_factory):
+    _, scores, _, _ = graded(assignment, tmp_path_factory)
+    scored = {cell: score for cell, score in scores["finished"].items() if score[0] != 0}
+    assert not scored, f"importing the course's finished answers scored points in plain nbgrader: {scored}"
+
+
 @pytest.mark.parametrize("assignment, kind, answer", list(cases()))
 def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_factory):
     course, scores, feedback, placement = graded(assignment, tmp_path_factory)
@@ -80,6 +104,9 @@ def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_f
         return
     own, maximum = (sum(scores[student][cell][i] for cell in own_cells) for i in (0, 1))
     assert own < maximum, f"the wrong answer ({answer.why}) kept full marks in {answer.exercise}"
+    if kind == "finished":
+        kept = {cell: scores[student][cell] for cell in own_cells if scores[student][cell][0]}
+        assert not kept, f"the course's finished {answer.exercise} ({answer.why}) earned points: {kept}"
     # The mistake costs nothing elsewhere: every exercise this student answered right keeps full marks.
     for exercise in set(answer_ids(course.solution)) - set(placement[student]):
         for cell in grade_cells_of(course.solution, exercise):

@@ -1,0 +1,173 @@
+"""Submissions that change how the kernel reports errors gain nothing from the sandboxed executor.
+
+Each trick below is public knowledge for nbgrader: it rides along with a wrong answer, whose test must
+still fail, while the notebook's correct answer keeps its point. The executor puts back what student code
+can change in the kernel before every graded test cell, reads the kernel's own verdict (the reply's status)
+besides the outputs, and fails a test cell during which something had to be put back.
+"""
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from autograder.execute import execute_notebook
+from autograder.sandbox import Limits, sandbox_available
+
+pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
+                                 "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),
+              pytest.mark.xdist_group("error_hiding")]
+
+LIMITS = Limits(cell_timeout=20, total_timeout=120, memory_mb=3072, processes=64, output_bytes=20_000)
+
+SETUP = """import torch
+from transformer_course.testing import assert_close
+
+def check(value, expected, what):
+    assert value == expected, f"{what} gives {value}, expected {expected}"
+"""
+WRONG_ADD = "def add(a, b):\n    return a - b\n"
+CORRECT_MUL = "def mul(a, b):\n    return a * b\n"
+TEST_ADD = 'assert add(1, 2) == 3, "add(1, 2) should be 3"\nprint("add tested")\n'
+# Tests that fail through a builtin, a set-up helper, the package's check and torch: the tricks aimed at those.
+TEST_WITH_ABS = 'assert abs(add(2, 2) - 4) < 1e-9, "add(2, 2) should be 4"\n'
+TEST_WITH_HELPER = 'check(add(0, 5), 5, "add(0, 5)")\n'
+TEST_WITH_PACKAGE = 'assert_close(torch.tensor(float(add(1, 1))), torch.tensor(2.0), "add(1, 1)")\n'
+TEST_WITH_TORCH = 'assert torch.allclose(torch.tensor(float(add(3, 1))), torch.tensor(4.0)), "add(3, 1) should be 4"\n'
+TEST_MUL = "assert mul(2, 3) == 6, \"mul(2, 3) should be 6\"\nprint('mul tested')\n"
+
+# trick -> (the code that rides along with the wrong answer, the test it aims at)
+TRICKS = {
+    "a custom exception handler": ("""
+get_ipython().set_custom_exc((BaseException,), lambda shell, etype, value, tb, tb_offset=None: [])
+""", TEST_ADD),
+    "the shell's traceback display replaced": ("""
+get_ipython().showtraceback = lambda *args, **kwargs: None
+""", TEST_ADD),
+    "the shell's inner traceback display replaced": ("""
+get_ipython()._showtraceback = lambda *args, **kwargs: None
+""", TEST_ADD),
+    "no traceback shown and the error taken out of the result": ("""
+get_ipython().showtraceback = lambda *args, **kwargs: None
+get_ipython().events.register("post_run_cell", lambda result: setattr(result, "error_in_exec", None))
+""", TEST_ADD),
+    "the shell class's run_code swallows exceptions": ("""
+from IPython.core.interactiveshell import InteractiveShell
+
+async def run_code(self, code_obj, result=None, *, async_=False):
+    try:
+        exec(code_obj, self.user_global_ns, self.user_ns)
+    except BaseException:
+        pass
+    return False
+
+InteractiveShell.run_code = run_code
+""", TEST_ADD),
+    "a code transformer wraps every cell in try/except": ("""
+import ast
+
+class Forgive(ast.NodeTransformer):
+    def visit_Module(self, node):
+        handler = ast.ExceptHandler(type=ast.Name("BaseException", ast.Load()), name=None, body=[ast.Pass()])
+        node.body = [ast.Try(body=node.body, handlers=[handler], orelse=[], finalbody=[])]
+        return ast.fix_missing_locations(node)
+
+get_ipython().ast_transformers.append(Forgive())
+""", TEST_ADD),
+    "an input transformer empties the test cell": ("""
+get_ipython().input_transformers_cleanup.append(
+    lambda lines: ["pass\\n"] if any("add(1, 2)" in line for line in lines) else lines)
+""", TEST_ADD),
+    "an event callback clears the cell's output": ("""
+from IPython.display import clear_output
+get_ipython().events.register("post_run_cell", lambda result: clear_output())
+""", TEST_ADD),
+    "an event callback sets a custom exception handler before every cell": ("""
+handler = lambda shell, etype, value, tb, tb_offset=None: []
+get_ipython().events.register("pre_run_cell", lambda info: get_ipython().set_custom_exc((BaseException,), handler))
+""", TEST_ADD),
+    "a trace function swaps in a right answer while a test runs": ("""
+import sys
+
+def swap_in(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "<module>" and "add" in frame.f_code.co_names:
+        frame.f_globals["add"] = lambda a, b: a + b
+
+sys.settrace(swap_in)
+""", TEST_ADD),
+    "a profile function hides tracebacks while the test runs": ("""
+import sys
+
+def quiet(frame, event, arg):
+    get_ipython().showtraceback = lambda *args, **kwargs: None
+
+sys.setprofile(quiet)
+""", TEST_ADD),
+    "the kernel's error messages are dropped": ("""
+session = get_ipython().kernel.session
+send = session.send
+
+def no_errors(stream, msg_or_type, *args, **kwargs):
+    if msg_or_type == "error":
+        return None
+    return send(stream, msg_or_type, *args, **kwargs)
+
+session.send = no_errors
+""", TEST_ADD),
+    "a builtin shadowed in the notebook's namespace": ("""
+abs = lambda value: 0
+""", TEST_WITH_ABS),
+    "a set-up helper replaced in the notebook's namespace": ("""
+check = lambda *args, **kwargs: None
+""", TEST_WITH_HELPER),
+    "__builtins__ replaced": ("""
+import builtins
+globals()["__builtins__"] = {**vars(builtins), "abs": lambda value: 0}
+""", TEST_WITH_ABS),
+    "the package's check gutted through its code": ("""
+assert_close.__code__ = (lambda *args, **kwargs: None).__code__
+""", TEST_WITH_PACKAGE),
+    "a torch function mode makes allclose agree": ("""
+import torch
+from torch.overrides import TorchFunctionMode
+
+class Agree(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return True if func is torch.allclose else func(*args, **(kwargs or {}))
+
+Agree().__enter__()
+""", TEST_WITH_TORCH),
+}
+
+
+def graded(source, grade_id, *, test):
+    cell = new_code_cell(source)
+    cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": test, "solution": not test, "locked": test,
+                                 "schema_version": 3, **({"points": 1} if test else {})}
+    return cell
+
+
+def notebook(add_source, test_add=TEST_ADD):
+    setup = new_code_cell(SETUP)
+    setup.metadata["nbgrader"] = {"grade_id": "setup", "grade": False, "solution": False, "locked": True,
+                                  "schema_version": 3}
+    return new_notebook(cells=[setup, graded(add_source, "add", test=False), graded(test_add, "test_add", test=True),
+                               graded(CORRECT_MUL, "mul", test=False), graded(TEST_MUL, "test_mul", test=True)])
+
+
+def errors(cell):
+    return [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
+
+
+def test_the_wrong_answer_fails_without_tricks(tmp_path):
+    executed, _ = execute_notebook(notebook(WRONG_ADD), tmp_path, LIMITS)
+    assert errors(executed.cells[2]) and errors(executed.cells[4]) == []
+    assert "add(1, 2) should be 3" in errors(executed.cells[2])[0]
+
+
+@pytest.mark.parametrize("trick", TRICKS)
+def test_a_trick_gains_nothing(trick, tmp_path):
+    trick_source, test_add = TRICKS[trick]
+    executed, problems = execute_notebook(notebook(WRONG_ADD + trick_source, test_add), tmp_path, LIMITS)
+    setup, answer, test_add, _, test_mul = executed.cells
+    assert errors(setup) == [] and errors(answer) == [], f"the trick itself failed: {errors(answer)}"
+    assert errors(test_add), f"{trick}: the wrong add passed its test"
+    assert errors(test_mul) == [], f"{trick}: the correct mul lost its point: {errors(test_mul)}"
+    assert "mul tested" in "".join(o.get("text", "") for o in test_mul.outputs), "the mul test did not run"

@@ -1,0 +1,139 @@
+"""The course's finished answers refuse to run in their own exercise's tests (transformer_course.own_work).
+
+Every route of ``grading.finished_answers`` is tried for all 24 exercises, in this process: the answer is
+defined as in a notebook cell, its exercise's refusal is put in force as a test cell does, and the answer is
+called the way the tests call it. tests/test_autograde.py runs three of the routes through the notebooks.
+"""
+import inspect
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+
+import transformer_course as course
+from grading import finished_answers
+from transformer_course.own_work import FINISHED, FinishedAnswerUsed, require_own_work
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return course.Transformer(11, 13, d_model=8, n_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16,
+                              dropout=0.0).eval()
+
+
+def train_step_arguments():
+    model = tiny_model()
+    return model, torch.tensor([[4, 5, 3]]), torch.tensor([[2, 6, 7, 3]]), torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+def self_attention(module):
+    x = torch.randn(1, 3, 8)
+    return module(x, x, x)
+
+
+# exercise -> how its tests use an answer (a function or a class)
+CALLS = {
+    "positional_encoding": lambda f: f(10, 8),
+    "TokenEmbedding": lambda c: c(11, 8)(torch.tensor([[1, 2]])),
+    "PositionalEncoding": lambda c: c(8, max_len=20, dropout=0.0)(torch.zeros(1, 3, 8)),
+    "scaled_dot_product_attention": lambda f: f(torch.randn(2, 4), torch.randn(3, 4), torch.randn(3, 5)),
+    "padding_mask": lambda f: f(torch.tensor([[1, 0]]), 0),
+    "causal_mask": lambda f: f(3),
+    "target_mask": lambda f: f(torch.tensor([[1, 0]]), 0),
+    "split_heads": lambda f: f(torch.randn(1, 3, 8), 2),
+    "merge_heads": lambda f: f(torch.randn(1, 2, 3, 4)),
+    "MultiHeadAttention": lambda c: self_attention(c(8, 2)),
+    "LayerNorm": lambda c: c(8)(torch.randn(2, 8)),
+    "PositionwiseFeedForward": lambda c: c(8, 16)(torch.randn(2, 8)),
+    "EncoderLayer": lambda c: c(8, 2, 16)(torch.randn(1, 3, 8)),
+    "DecoderLayer": lambda c: c(8, 2, 16)(torch.randn(1, 3, 8), torch.randn(1, 4, 8)),
+    "Encoder": lambda c: c(1, 8, 2, 16)(torch.randn(1, 3, 8)),
+    "Decoder": lambda c: c(1, 8, 2, 16)(torch.randn(1, 3, 8), torch.randn(1, 4, 8)),
+    "Transformer": lambda c: c(11, 13, d_model=8, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                               d_ff=16)(torch.tensor([[1, 2]]), torch.tensor([[2, 3]])),
+    "build_vocab": lambda f: f([["a", "b"], ["a"]], min_freq=1),
+    "label_smoothing_loss": lambda f: f(torch.randn(3, 5), torch.tensor([1, 2, 3])),
+    "noam_lr": lambda f: f(10, 512, 4000),
+    "train_step": lambda f: f(*train_step_arguments()),
+    "greedy_decode": lambda f: f(tiny_model(), torch.tensor([[4, 5, 3]]), 5, 2, 3),
+    "beam_search": lambda f: f(tiny_model(), torch.tensor([[4, 5, 3]]), 2, 5, 2, 3),
+    "corpus_bleu": lambda f: f([["a", "b"]], [["a", "b"]]),
+}
+ORDER = list(CALLS)   # the course's order: an exercise builds only on those before it
+
+
+def notebook_namespace():
+    """What a notebook's set-up cell gives an answer cell."""
+    return {"__name__": "__main__", "torch": torch, "nn": nn, "F": torch.nn.functional, "math": __import__("math"),
+            "course": course, **{name: getattr(course, name) for name in course.__all__}}
+
+
+def test_every_exercise_has_a_call_and_its_finished_version_runs():
+    assert set(CALLS) == set(FINISHED) == set(course.__all__) - {"Vocab", "save_checkpoint", "load_checkpoint"}
+    for exercise, call in CALLS.items():
+        call(FINISHED[exercise][0])
+
+
+@pytest.mark.parametrize("answer", finished_answers(ORDER), ids=lambda a: f"{a.exercise}-{a.why}")
+def test_every_route_to_the_finished_answer_fails_its_test(answer):
+    namespace = notebook_namespace()
+    exec(answer.source, namespace)
+    with pytest.raises(FinishedAnswerUsed, match=f"finished `{answer.exercise}`.*write your own"):
+        require_own_work(answer.exercise, namespace)
+        CALLS[answer.exercise](namespace[answer.exercise])
+
+
+@pytest.mark.parametrize("exercise", [e for e in ORDER if len(FINISHED[e]) > 1])
+def test_the_helpers_that_do_the_finished_answers_work_are_refused_too(exercise):
+    require_own_work(exercise, {})
+    for helper in FINISHED[exercise][1:]:
+        with pytest.raises(FinishedAnswerUsed, match=f"part of the course's finished `{exercise}`"):
+            helper()   # the gate refuses before the arguments are even looked at
+
+
+@pytest.mark.parametrize("exercise", ORDER)
+def test_the_earlier_finished_answers_keep_working_in_an_exercise_test(exercise):
+    require_own_work(exercise, {})
+    for earlier in ORDER[:ORDER.index(exercise)]:
+        CALLS[earlier](FINISHED[earlier][0])
+
+
+def test_the_refusal_ends_with_the_test():
+    def a_test_cell():
+        require_own_work("LayerNorm", {})
+        with pytest.raises(FinishedAnswerUsed):
+            CALLS["LayerNorm"](course.LayerNorm)
+
+    a_test_cell()
+    CALLS["LayerNorm"](course.LayerNorm)
+
+
+def test_correct_answers_of_their_own_pass_the_check():
+    namespace = notebook_namespace()
+    exec("class LayerNorm(nn.Module):\n    '''Normalise each vector over its features, then scale and shift.'''\n"
+         "    def __init__(self, d_model, eps=1e-5):\n        super().__init__()\n"
+         "        self.gamma, self.beta = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))\n"
+         "        self.eps = eps\n\n    def forward(self, x):\n"
+         "        return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta, self.eps)\n"
+         "def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool, device=device)"
+         ".tril()[None, None]\n", namespace)
+    for exercise in ("LayerNorm", "causal_mask"):
+        require_own_work(exercise, namespace)
+        CALLS[exercise](namespace[exercise])
+
+
+def test_the_gated_functions_still_show_their_signature_and_source():
+    for pieces in FINISHED.values():
+        for piece in pieces:
+            functions = [piece] if isinstance(piece, types.FunctionType) else [
+                v for v in vars(piece).values() if isinstance(v, types.FunctionType)]
+            for function in functions:
+                assert "*args" not in str(inspect.signature(function)), function
+                assert f"def {function.__name__}" in inspect.getsource(function), function
+    assert str(inspect.signature(course.noam_lr)) == "(step, d_model, warmup_steps, factor=1.0)"
+
+
+def test_unknown_exercise_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown exercise 'layer_norm'"):
+        require_own_work("layer_norm", {})

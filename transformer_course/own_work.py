@@ -1,0 +1,249 @@
+"""The course's finished answers refuse to run in their own exercise's tests.
+
+The package ships the finished version of every exercise, because later notebooks build on them. So
+that it cannot be handed in as an answer, every test cell of exercise X starts with
+
+    require_own_work("X", globals())
+
+For the rest of that cell the finished X raises ``FinishedAnswerUsed`` when it is called, and so do the
+package's helpers that do its work when an answer calls them, whatever route reached them: an import, an alias, a lookup by
+name, a subclass, a wrapper, an instance held inside the answer. The finished versions of the *other*
+exercises keep working, as the notebooks ask. An answer that is the finished X itself (the same object, a
+subclass of it, or a verbatim copy of its code) fails at once.
+
+How: when this module is imported, every finished function, and every method of every finished class,
+gets new code (``__code__``) that asks a gate before it runs the original code. Aliases, subclasses,
+bound methods and instances made earlier all hold these same function objects, so every route passes the
+gate. The refusal ends with the cell: the gate refuses only while the test cell's code is on the call
+stack or the kernel still runs that cell (a thread the answer starts).
+"""
+import dis
+import inspect
+import sys
+import types
+import warnings
+
+from . import attention, bleu, data, decoding, embeddings, layers, masks, model, training
+
+
+class FinishedAnswerUsed(BaseException):
+    """Raised when a test of exercise X reaches the course's finished X.
+
+    A BaseException, not an Exception: a test's own ``except Exception`` (which turns an error into a hint)
+    must not hide it, and neither should an answer's."""
+
+
+# exercise -> (the finished answer, then the package's helpers that do its work)
+FINISHED = {
+    "positional_encoding": (embeddings.positional_encoding,),
+    "TokenEmbedding": (embeddings.TokenEmbedding,),
+    "PositionalEncoding": (embeddings.PositionalEncoding,),
+    "scaled_dot_product_attention": (attention.scaled_dot_product_attention, attention._fused_attention),
+    "padding_mask": (masks.padding_mask,),
+    "causal_mask": (masks.causal_mask,),
+    "target_mask": (masks.target_mask,),
+    "split_heads": (attention.split_heads,),
+    "merge_heads": (attention.merge_heads,),
+    "MultiHeadAttention": (attention.MultiHeadAttention, attention._fused_attention, attention._stacked_linear),
+    "LayerNorm": (layers.LayerNorm,),
+    "PositionwiseFeedForward": (layers.PositionwiseFeedForward,),
+    "EncoderLayer": (layers.EncoderLayer, layers.residual),
+    "DecoderLayer": (layers.DecoderLayer, layers.residual),
+    "Encoder": (layers.Encoder,),
+    "Decoder": (layers.Decoder,),
+    "Transformer": (model.Transformer,),
+    "build_vocab": (data.build_vocab,),
+    "label_smoothing_loss": (training.label_smoothing_loss,),
+    "noam_lr": (training.noam_lr,),
+    "train_step": (training.train_step, training._amp_train_step),
+    "greedy_decode": (decoding.greedy_decode, decoding._next_log_probs),
+    "beam_search": (decoding.beam_search, decoding.beam_search_batch, decoding.beam_search_tree),
+    "corpus_bleu": (bleu.corpus_bleu, bleu.bleu_statistics),
+}
+
+
+def _refusal_message(exercise, piece):
+    name = f"{piece.__module__}.{piece.__qualname__}"
+    if piece is FINISHED[exercise][0]:
+        return (f"this answer uses the course's finished `{exercise}` ({name}): the package's version is "
+                f"there for the later notebooks; here, write your own")
+    return (f"this answer calls `{name}`, part of the course's finished `{exercise}`: the package's version is "
+            f"there for the later notebooks; here, write your own")
+
+
+# ----------------------------------------------------------------------------- the refusal in force
+
+class _Refusal:
+    """Which exercise is under test, and the test cell that said so."""
+
+    def __init__(self, exercise, code, cell_count):
+        self.exercise, self.code, self.cell_count = exercise, code, cell_count
+
+    def in_force(self):
+        if self.cell_count is not None and _cell_count() == self.cell_count:
+            return True
+        frame = sys._getframe(2)
+        while frame is not None:
+            if frame.f_code is self.code:
+                return True
+            frame = frame.f_back
+        return False
+
+
+def _cell_count():
+    """The kernel's count of the cell now running (None outside IPython)."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return getattr(shell, "execution_count", None)
+
+
+def _make_refusal_state():
+    # Held in closures, not in module attributes, so that no name leads an answer to it.
+    current = [None]
+
+    def set_refusal(refusal):
+        current[0] = refusal
+
+    def refused(exercises):
+        """The exercise under test if it is one of ``exercises`` and its test cell still runs, else None."""
+        refusal = current[0]
+        if refusal is not None and refusal.exercise in exercises and refusal.in_force():
+            return refusal.exercise
+        return None
+
+    return set_refusal, refused
+
+
+_set_refusal, _refused = _make_refusal_state()
+
+
+# ----------------------------------------------------------------------------- the gates
+
+_ORIGINAL_CODE = {}   # gated function -> its original code, to recognise a verbatim copy
+
+
+def _gate_code(original, gate):
+    """Code that hands (args, kwargs) to ``gate``. It keeps the free variables of the ``original`` code (a
+    function's code may only be replaced by code with as many: a method that calls super() has __class__),
+    and its name, file and first line, so that inspect.getsource and tracebacks still find the source."""
+    freevars = original.co_freevars
+    source = (f"def outer():\n    {'; '.join(f'{name} = None' for name in freevars) or 'pass'}\n"
+              f"    def gated(*args, **kwargs):\n        {', '.join(freevars) or 'pass'}\n"
+              f"        return 'GATE'(args, kwargs)\n    return gated\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)   # "'str' object is not callable": replaced below
+        namespace = {}
+        exec(compile(source, f"<gate of {__name__}>", "exec"), namespace)
+    code = namespace["outer"]().__code__
+    # The gate travels as a constant of the code: nothing reachable by name holds it.
+    return code.replace(co_consts=tuple(gate if const == "GATE" else const for const in code.co_consts),
+                        co_filename=original.co_filename, co_firstlineno=original.co_firstlineno,
+                        co_name=original.co_name, co_qualname=original.co_qualname)
+
+
+def _called_by_the_package(frame):
+    return frame.f_globals.get("__name__", "").partition(".")[0] == __name__.partition(".")[0]
+
+
+def _install_gate(function, exercises, piece, helper):
+    original = types.FunctionType(function.__code__, function.__globals__, function.__name__,
+                                  function.__defaults__, function.__closure__)
+    original.__kwdefaults__, original.__qualname__ = function.__kwdefaults__, function.__qualname__
+
+    def gate(args, kwargs):
+        exercise = _refused(exercises)
+        # A helper refuses an answer that calls it, not the package's finished code of other exercises.
+        if exercise is not None and not (helper and _called_by_the_package(sys._getframe(2))):
+            raise FinishedAnswerUsed(_refusal_message(exercise, piece))
+        return original(*args, **kwargs)
+
+    function.__signature__ = inspect.signature(function)   # help() and inspect still show the real one
+    _ORIGINAL_CODE[function] = function.__code__
+    function.__code__ = _gate_code(function.__code__, gate)
+
+
+def _functions_of(piece):
+    """A function, or every function defined in a class's body (methods, static and class methods)."""
+    if isinstance(piece, types.FunctionType):
+        return [piece]
+    found = []
+    for value in vars(piece).values():
+        value = getattr(value, "__func__", value)
+        if isinstance(value, types.FunctionType):
+            found.append(value)
+    return found
+
+
+def _install_gates():
+    owners = {}   # function -> [the exercises it belongs to, the piece it comes from, whether only a helper]
+    for exercise, pieces in FINISHED.items():
+        for piece in pieces:
+            for function in _functions_of(piece):
+                owner = owners.setdefault(function, [set(), piece, True])
+                owner[0].add(exercise)
+                owner[2] = owner[2] and piece is not pieces[0]
+    for function, (exercises, piece, helper) in owners.items():
+        _install_gate(function, frozenset(exercises), piece, helper)
+
+
+# ----------------------------------------------------------------------------- the test cells' call
+
+# Instructions that say nothing of what code does, or that the compiler picks by context (a call on an
+# imported module's attribute is LOAD_ATTR in the module's own file, LOAD_METHOD where it was not imported).
+_UNSPOKEN = {"CACHE", "NOP", "RESUME", "PRECALL", "PUSH_NULL", "EXTENDED_ARG", "COPY_FREE_VARS", "MAKE_CELL"}
+_SAME_AS = {"LOAD_METHOD": "LOAD_ATTR", "CALL_METHOD": "CALL"}
+_JUMPS = set(dis.hasjrel) | set(dis.hasjabs)
+
+
+def _code_shape(code):
+    """What a verbatim copy of ``code`` shares with it wherever it is compiled: its instructions with their
+    names and constants (jump offsets, file and line numbers left out)."""
+    shape = [code.co_varnames, code.co_argcount, code.co_kwonlyargcount]
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _UNSPOKEN:
+            continue
+        argument = instruction.argval
+        if isinstance(argument, types.CodeType):
+            argument = _code_shape(argument)
+        elif instruction.opcode in _JUMPS:
+            argument = None
+        else:
+            argument = repr(argument)
+        shape.append((_SAME_AS.get(instruction.opname, instruction.opname), argument))
+    return shape
+
+
+def _verbatim_copy(answer, finished):
+    """``answer`` repeats the finished code, docstring and all (exec of the package's source, say)."""
+    if not finished.__doc__ or getattr(answer, "__doc__", None) != finished.__doc__:
+        return False
+    pairs = [(answer, finished)] if isinstance(finished, types.FunctionType) else [
+        (vars(answer).get(name), method) for name, method in vars(finished).items()
+        if isinstance(method, types.FunctionType)]
+    return all(isinstance(mine, types.FunctionType) and _code_shape(mine.__code__) ==
+               _code_shape(_ORIGINAL_CODE.get(theirs, theirs.__code__)) for mine, theirs in pairs)
+
+
+def is_finished_answer(answer, exercise):
+    """Whether ``answer`` is the course's finished ``exercise``: the same object, a subclass, a verbatim copy."""
+    finished = FINISHED[exercise][0]
+    if answer is finished:
+        return True
+    if isinstance(answer, type) and isinstance(finished, type) and issubclass(answer, finished):
+        return True
+    return isinstance(answer, type(finished)) and _verbatim_copy(answer, finished)
+
+
+def require_own_work(exercise, namespace):
+    """Called first in every test cell of ``exercise``: the finished ``exercise`` fails the rest of the cell.
+
+    ``namespace`` is the notebook's ``globals()``, where the answer is defined."""
+    if exercise not in FINISHED:
+        raise ValueError(f"unknown exercise {exercise!r}; expected one of {', '.join(FINISHED)}")
+    answer = namespace.get(exercise)
+    if answer is not None and is_finished_answer(answer, exercise):
+        raise FinishedAnswerUsed(_refusal_message(exercise, FINISHED[exercise][0]))
+    _set_refusal(_Refusal(exercise, sys._getframe(1).f_code, _cell_count()))
+
+
+_install_gates()
