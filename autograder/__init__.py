@@ -1,4 +1,4 @@
-"""Instructor tooling on top of nbgrader: releases now, parallel sandboxed grading later."""
+"""Instructor tooling on top of nbgrader: releases, sandboxed parallel grading, feedback (python -m autograder)."""
 from pathlib import Path
 
 CONFIG = Path(__file__).with_name("nbgrader_config.py")

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from grading import ROOT, SOLUTIONS, nbgrader_cells, solved
+from grading import ROOT, SOLUTIONS, answer_ids, nbgrader_cells, solved, with_answers
 from autograder import CONFIG
 from autograder.sandbox import sandbox_available
 
@@ -65,6 +65,11 @@ HOSTILE_ADD = {
     "patcher": "import builtins, torch\ndef add(a, b):\n    return a + b if isinstance(a, int) else a * b\n"
                "torch.allclose = lambda *args, **kwargs: True\nbuiltins.isinstance = lambda *args: True",
     "leaker": "def add(a, b):\n    raise AssertionError(get_ipython().user_ns['In'][-1])",
+    # wrong, and the kernel made not to report errors (tests/test_error_hiding.py has many more such tricks)
+    "hider": "def add(a, b):\n    return a - b\n"
+             "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, value, tb, tb_offset=None: [])",
+    "silencer": "def add(a, b):\n    return a - b\nget_ipython().showtraceback = lambda *args, **kwargs: None\n"
+                "get_ipython().events.register('post_run_cell', lambda result: setattr(result, 'error_in_exec', None))",
     "snoop": CORRECT_ADD + "\nimport os\n"
              "seen = [p for p in ['{course}', '{repo}/solutions'] if os.path.exists(p)]\n"
              "print('FOUND', seen)\n"
@@ -142,6 +147,13 @@ def test_monkeypatching_the_checks_gains_nothing(course):
     assert scores["test_mul"] == 1, "restoring isinstance and torch.allclose must not cost the correct mul"
 
 
+@pytest.mark.parametrize("student", ["hider", "silencer"])
+def test_hiding_errors_from_the_kernel_gains_nothing(course, student):
+    scores = cell_scores(course, student)
+    assert scores["test_add"] == 0, f"{student}'s wrong add kept its point by hiding the error"
+    assert scores["test_mul"] == 1, f"{student}'s correct mul lost its point"
+
+
 def test_a_submission_sees_nothing_outside_its_folder(course):
     executed = nbformat.read(course / ".autograder" / ASSIGNMENT / "executed" / "snoop" / ASSIGNMENT /
                              f"{ASSIGNMENT}.ipynb", as_version=4)
@@ -182,7 +194,8 @@ def test_feedback_shows_messages_but_never_test_code(course):
 
 
 def test_the_course_assignments_grade_like_nbgrader(tmp_path):
-    """Notebook 01 through the grader: the solutions get every point, the untouched release none."""
+    """Notebook 01 through the grader: the solutions get every point, the untouched release none, and so
+    does the release whose answers import the course's finished versions."""
     assignment = "01_positional_encoding"
     shutil.copy(CONFIG, tmp_path / "nbgrader_config.py")
     shutil.copytree(SOLUTIONS / assignment, tmp_path / "source" / assignment)
@@ -190,7 +203,8 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
                    cwd=tmp_path, check=True, capture_output=True)
     release = nbformat.read(tmp_path / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     solution = nbformat.read(tmp_path / "source" / assignment / f"{assignment}.ipynb", as_version=4)
-    for student, notebook in (("solved", solved(release, solution)), ("untouched", release)):
+    finished = with_answers(release, {name: f"from transformer_course import {name}" for name in answer_ids(release)})
+    for student, notebook in (("solved", solved(release, solution)), ("untouched", release), ("finished", finished)):
         folder = tmp_path / "submitted" / student / assignment
         folder.mkdir(parents=True)
         nbformat.write(notebook, folder / f"{assignment}.ipynb")
@@ -201,6 +215,7 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
         def tests(student):
             submission = gradebook.find_submission_notebook(assignment, assignment, student)
             return {g.name: (g.auto_score, g.max_score) for g in submission.grades if g.cell_type == "code"}
-        full, untouched = tests("solved"), tests("untouched")
+        full, untouched, finished = tests("solved"), tests("untouched"), tests("finished")
     assert full and all(score == top for score, top in full.values()), f"the solutions lost points: {full}"
     assert all(score == 0 for score, _ in untouched.values()), f"the untouched release scored: {untouched}"
+    assert all(score == 0 for score, _ in finished.values()), f"the course's finished answers scored: {finished}"
