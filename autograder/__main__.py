@@ -3,6 +3,7 @@
     python -m autograder release [ASSIGNMENT ...]     regenerate notebooks/ from solutions/ (course maintainers)
     python -m autograder grade ASSIGNMENT             grade every submission, sandboxed and in parallel
     python -m autograder feedback ASSIGNMENT          one HTML page per student and notebook, no test code
+    python -m autograder similarity ASSIGNMENT        near-identical answers, ranked, for a person to judge
 """
 import argparse
 import os
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .release import generate_releases
+from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
 
 
 def build_parser():
@@ -45,6 +47,19 @@ def build_parser():
     feedback.add_argument("assignment")
     feedback.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
     feedback.add_argument("--student", action="append", dest="students", help="only this student (repeatable)")
+
+    similarity = commands.add_parser(
+        "similarity", help="write similarity-ASSIGNMENT.csv and .html: near-identical answers, ranked",
+        description="For every exercise, rank the pairs of submissions, and each submission against the "
+                    "course package's finished source ('<course package>'), whose answers are near-identical "
+                    "once names, comments and formatting are normalised. A report for a person to judge, not "
+                    "an automatic zero: near-identical answers to a short exercise can be honest.")
+    similarity.add_argument("assignment")
+    similarity.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
+    similarity.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                            help="list pairs scoring at least this, from 0 to 1 (default: %(default)s)")
+    similarity.add_argument("--top", type=int, default=DEFAULT_TOP,
+                            help="pairs shown per exercise on the HTML page; the CSV has all (default: %(default)s)")
     return parser
 
 
@@ -70,6 +85,12 @@ def main(argv=None):
         from .feedback import generate_feedback
 
         generate_feedback(args.course, args.assignment, students=args.students)
+    elif args.command == "similarity":
+        try:
+            similarity_report(args.course, args.assignment, threshold=args.threshold, top=args.top)
+        except SimilarityError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     return 0
 
 

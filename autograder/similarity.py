@@ -1,0 +1,457 @@
+"""``python -m autograder similarity ASSIGNMENT``: a copy report for instructors, for a person to judge.
+
+For every exercise (answer cell) of the assignment, it compares each pair of submissions, and each
+submission with the course package's finished source of that exercise (``<course package>``), and
+writes the pairs whose answers are near-identical (a score of 0.9 or more by default), most similar
+first, to ``similarity-ASSIGNMENT.csv`` and ``similarity-ASSIGNMENT.html`` (the two answers side by side,
+the first 50 pairs of each exercise) in the course directory.
+
+It is not a verdict and gives no marks: a short exercise has few sensible answers, and two honest
+students can write the same line. A high score says where to look; the person reading the answers
+decides.
+
+How answers are compared
+------------------------
+* **Finding the answers.** Each submission is matched back to the release with repair.py, so that a
+  notebook whose nbgrader metadata Colab dropped still gives its answer cells. A notebook that cannot be
+  matched (another assignment's, broken JSON) is listed in the report, not compared.
+* **Normalising.** The answer is parsed with ``ast``: comments go, and so does every statement that is
+  only a string (docstrings, strings used as comments). Names are then made canonical (below) and the
+  tree is written back with ``ast.unparse``, so that formatting disappears too. A cell that does not
+  parse falls back to ``tokenize`` with the same rules, token by token.
+* **Names.** Every name a student chose (variables, arguments, helper functions) becomes a placeholder
+  ``v1``, ``v2``, ... in the order of first appearance, so that renaming variables does not hide a copy.
+  Names every student shares stay: Python's builtins, what the release notebook imports or defines
+  (``torch``, ``nn``, ``F``, ``math``, the exercises) and the stubs' class and method names, as do
+  attribute names and keyword-argument names. Which library a student calls, and how, is the
+  substance of an answer; hiding it would make every answer of the same length look alike.
+* **The scaffold does not count.** The release's own lines (signatures, ``super().__init__()``), which
+  every student was given, are normalised the same way and removed from both sides. An answer with
+  nothing left (the untouched stub, or the stub with a comment) is unanswered and pairs with nothing.
+* **Score.** ``difflib.SequenceMatcher(...).ratio()`` over the two normalised token sequences:
+  2 × (tokens in matching runs) / (tokens on both sides), 1.0 for the same code.
+"""
+import ast
+import builtins
+import csv
+import difflib
+import functools
+import html
+import importlib
+import inspect
+import io
+import keyword
+import textwrap
+import tokenize
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .repair import RepairError, repair_notebook
+
+PACKAGE = "<course package>"           # the reserved name of the package's finished source
+COURSE_PACKAGE = "transformer_course"
+DEFAULT_THRESHOLD = 0.9
+DEFAULT_TOP = 50                       # pairs shown per exercise on the page; the CSV has them all
+_SKIPPED = {tokenize.ENCODING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+            tokenize.DEDENT, tokenize.ENDMARKER}
+
+
+class SimilarityError(Exception):
+    """The course directory has no release of the assignment to compare against."""
+
+
+@dataclass
+class Answer:
+    owner: str             # a student id, or PACKAGE
+    source: str            # as written, for the person who judges
+    lines: list            # normalised token lines, the release's lines removed
+    parsed: bool = True    # False: a syntax error, normalised with tokenize
+
+    @functools.cached_property
+    def tokens(self):
+        """What is compared."""
+        return tuple(token for line in self.lines for token in line)
+
+    @property
+    def normalised(self):
+        """What is compared, shown one line a line."""
+        return "\n".join(" ".join(line) for line in self.lines)
+
+
+@dataclass
+class Exercise:
+    name: str                                     # as reported: the grade_id, with the notebook if several
+    grade_id: str
+    stub: str
+    shared: frozenset                             # names that are not renamed
+    scaffold: Counter                             # the stub's normalised lines
+    answers: list = field(default_factory=list)
+    unanswered: list = field(default_factory=list)
+
+    def add(self, owner, source):
+        lines, parsed = normalise(source, self.shared)
+        lines = _without(lines, self.scaffold)
+        if lines:
+            self.answers.append(Answer(owner, source, lines, parsed))
+        else:
+            self.unanswered.append(owner)
+
+
+@dataclass
+class Pair:
+    exercise: str
+    a: Answer
+    b: Answer
+    score: float
+    reason: str
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+def normalise(source, shared):
+    """The normalised logical lines of ``source`` (tuples of token strings), and whether it parsed."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return _fallback_lines(source, shared), False
+    _drop_strings(tree)
+    _Renamer(_placeholders(tree, shared | _imported(tree))).visit(tree)
+    return _token_lines(ast.unparse(tree)), True
+
+
+def _drop_strings(tree):
+    """Remove docstrings and other statements that are only a string: they are prose, not code."""
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list):
+            kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                            and isinstance(s.value.value, str))]
+            node.body = kept or ([] if isinstance(node, ast.Module) else [ast.Pass()])
+
+
+def _imported(tree):
+    """Names bound by imports in the cell: module names, which carry meaning like library calls."""
+    return {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+
+
+def _placeholders(tree, shared):
+    """name -> 'v1', 'v2', ... for the names a student chose, in the order they first appear."""
+    found = sorted((node.lineno, node.col_offset, name) for node in ast.walk(tree)
+                   for name in _names_at(node) if name not in shared)
+    mapping = {}
+    for _, _, name in found:
+        mapping.setdefault(name, f"v{len(mapping) + 1}")
+    return mapping
+
+
+def _names_at(node):
+    """The names a node binds or uses (not attributes, keyword arguments or imports)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return node.names
+    if isinstance(node, ast.ExceptHandler) and node.name:
+        return [node.name]
+    return []
+
+
+class _Renamer(ast.NodeTransformer):
+    """Apply a name mapping to every place a chosen name stands; attributes and keywords are kept."""
+
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def rename(self, name):
+        return self.mapping.get(name, name)
+
+    def generic_visit(self, node):
+        for attribute in ("id", "arg", "name"):
+            value = getattr(node, attribute, None)
+            if isinstance(value, str) and not isinstance(node, (ast.keyword, ast.alias)):
+                setattr(node, attribute, self.rename(value))
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            node.names = [self.rename(name) for name in node.names]
+        return super().generic_visit(node)
+
+
+def _tokens(text):
+    """tokenize's tokens of ``text``; those before a tokenize error when it has one."""
+    result = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            result.append(token)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass                       # an unfinished cell: compare what could be read
+    return result
+
+
+def _split_lines(tokens):
+    """Group token strings into logical lines, leaving out comments and layout."""
+    lines, line = [], []
+    for token in tokens:
+        if token.type == tokenize.NEWLINE and line:
+            lines.append(tuple(line))
+            line = []
+        elif token.type not in _SKIPPED:
+            line.append(token.string)
+    return lines + ([tuple(line)] if line else [])
+
+
+def _token_lines(text):
+    return _split_lines(_tokens(text))
+
+
+def _fallback_lines(source, shared):
+    """The rules of the ``ast`` path applied to tokens, for a cell with a syntax error."""
+    tokens = [t for t in _tokens(source) if t.type not in (tokenize.COMMENT, tokenize.NL)]
+    mapping, out, depth, signature = {}, [], 0, False
+    for i, token in enumerate(tokens):
+        if token.type == tokenize.OP:
+            depth += (token.string in ("(", "[", "{")) - (token.string in (")", "]", "}"))
+        signature = token.string == "def" or (signature and token.type != tokenize.NEWLINE)
+        if token.type == tokenize.NAME and not _kept_name(tokens, i, shared, depth > 0 and not signature):
+            token = token._replace(string=mapping.setdefault(token.string, f"v{len(mapping) + 1}"))
+        elif token.type in (tokenize.NUMBER, tokenize.STRING):
+            token = token._replace(string=_literal(token.string))
+        out.append(token)
+    return [line for line in _split_lines(out) if not all(t[:1] in "'\"" for t in line)]   # docstrings
+
+
+def _kept_name(tokens, i, shared, in_call):
+    """Is the NAME token ``tokens[i]`` one the ``ast`` path keeps: a keyword, a shared name, an attribute
+    or, in a call (not a signature, whose defaults name parameters), a keyword argument?"""
+    name = tokens[i].string
+    before = tokens[i - 1].string if i else ""
+    after = tokens[i + 1].string if i + 1 < len(tokens) else ""
+    return (keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in shared or before == "."
+            or (in_call and after == "=" and before in ("(", ",")))
+
+
+def _literal(text):
+    """A literal as ``ast.unparse`` writes it (1e-5 -> 1e-05, "a" -> 'a'), so both paths agree."""
+    try:
+        return repr(ast.literal_eval(text))
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _without(lines, scaffold):
+    """``lines`` less one occurrence of each of the release's lines."""
+    left = Counter(scaffold)
+    kept = []
+    for line in lines:
+        if left[line]:
+            left[line] -= 1
+        else:
+            kept.append(line)
+    return kept
+
+
+# ----------------------------------------------------------------------------- the answers
+
+def answer_sources(notebook):
+    """grade_id -> source of every code answer cell (nbgrader ``solution``) of a notebook."""
+    sources = {}
+    for cell in notebook.cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("solution") and meta.get("grade_id"):
+            sources[meta["grade_id"]] = cell.source
+    return sources
+
+
+def shared_names(release):
+    """The names every student shares: builtins, the release's imports, the stubs' classes and functions
+    at any depth (methods such as ``forward`` included)."""
+    names = set(dir(builtins))
+    stubs = set(answer_sources(release).values())
+    for cell in release.cells:
+        try:
+            tree = ast.parse(cell.source) if cell.cell_type == "code" else None
+        except (SyntaxError, ValueError):
+            continue                          # IPython magics
+        if tree is not None:
+            names |= _imported(tree)
+            if cell.source in stubs:
+                names |= {node.name for node in ast.walk(tree)
+                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return frozenset(names)
+
+
+def release_exercises(release, prefix=""):
+    """The exercises of one release notebook, named ``prefix + grade_id``, with nothing compared yet."""
+    shared = shared_names(release)
+    return [Exercise(prefix + grade_id, grade_id, stub, shared, Counter(normalise(stub, shared)[0]))
+            for grade_id, stub in answer_sources(release).items()]
+
+
+def submitted_answers(path, release):
+    """grade_id -> answer of one submission, matched back to the release by repair.py (Colab drops the
+    metadata). Raises RepairError when it is not this release's notebook."""
+    submitted = nbformat.read(str(path), as_version=4)
+    repaired, _ = repair_notebook(submitted, release, Path(path).name)
+    return answer_sources(repaired)
+
+
+def collect_answers(course, assignment):
+    """Every exercise of the assignment with every student's answer, and the submissions that could
+    not be compared, as sentences."""
+    from .grade import submitted_students
+
+    releases = {p.stem: nbformat.read(str(p), as_version=4)
+                for p in sorted((course / "release" / assignment).glob("*.ipynb"))}
+    if not releases:
+        raise SimilarityError(f"{course / 'release' / assignment} has no notebook: run "
+                              f"`nbgrader generate_assignment {assignment}` first")
+    exercises, problems = [], []
+    for notebook, release in releases.items():
+        found = release_exercises(release, f"{notebook}: " if len(releases) > 1 else "")
+        exercises += found
+        for student in submitted_students(course, assignment):
+            path = course / "submitted" / student / assignment / f"{notebook}.ipynb"
+            try:
+                answers = submitted_answers(path, release)
+            except FileNotFoundError:
+                problems.append(f"{student}: {notebook}.ipynb is missing from the submission")
+                continue
+            except RepairError as error:
+                problems.append(f"{student}: {error}")
+                continue
+            except Exception as error:  # not a notebook at all (broken JSON, ...)
+                problems.append(f"{student}: {notebook}.ipynb could not be read: {error}")
+                continue
+            for exercise in found:
+                exercise.add(student, answers.get(exercise.grade_id, exercise.stub))
+    return exercises, problems
+
+
+def add_package_answers(exercises):
+    """Add the course package's finished source of each exercise it exports, as ``PACKAGE``."""
+    package = importlib.import_module(COURSE_PACKAGE)
+    for exercise in exercises:
+        finished = getattr(package, exercise.grade_id, None)
+        if inspect.isfunction(finished) or inspect.isclass(finished):
+            exercise.add(PACKAGE, textwrap.dedent(inspect.getsource(finished)))
+
+
+# ----------------------------------------------------------------------------- comparing
+
+def rank_pairs(exercise, threshold=DEFAULT_THRESHOLD):
+    """The pairs of answers scoring at least ``threshold``, most similar first. The package's answer,
+    added last, is always the pair's second."""
+    pairs = []
+    for i, a in enumerate(exercise.answers):
+        for b in exercise.answers[i + 1:]:
+            pair = compare(exercise.name, a, b, threshold)
+            if pair is not None:
+                pairs.append(pair)
+    return sorted(pairs, key=lambda p: (-p.score, p.a.owner, p.b.owner))
+
+
+def compare(exercise, a, b, threshold):
+    matcher = difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False)
+    # the quick ratios are upper bounds of ratio(): most pairs stop there
+    if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
+        return None
+    score = matcher.ratio()
+    return Pair(exercise, a, b, score, _reason(matcher, a, b)) if score >= threshold else None
+
+
+def _reason(matcher, a, b):
+    if " ".join(a.source.split()) == " ".join(b.source.split()):
+        why = "the same source"
+    elif a.tokens == b.tokens:
+        why = "the same code once names, comments and formatting are normalised"
+    else:
+        sizes = [block.size for block in matcher.get_matching_blocks()]
+        why = (f"{sum(sizes)} of {len(a.tokens)} and {len(b.tokens)} normalised tokens match, "
+               f"the longest run {max(sizes)}")
+    unparsed = [answer.owner for answer in (a, b) if not answer.parsed]
+    if unparsed:
+        why += f"; {' and '.join(unparsed)}: a syntax error, compared token by token"
+    return why
+
+
+# ----------------------------------------------------------------------------- the report
+
+def similarity_report(course, assignment, threshold=DEFAULT_THRESHOLD, top=DEFAULT_TOP, log=print):
+    """Compare every answer of ``assignment`` and write the CSV and the HTML page into the course
+    directory; returns ``{exercise: [Pair, ...]}`` and the submissions that could not be compared."""
+    course = Path(course).resolve()
+    exercises, problems = collect_answers(course, assignment)
+    add_package_answers(exercises)
+    ranked = {exercise.name: rank_pairs(exercise, threshold) for exercise in exercises}
+    csv_path = course / f"similarity-{assignment}.csv"
+    html_path = course / f"similarity-{assignment}.html"
+    write_csv(csv_path, ranked)
+    html_path.write_text(render(assignment, threshold, top, exercises, ranked, problems), encoding="utf-8")
+    for problem in problems:
+        log(f"not compared: {problem}")
+    total = sum(len(pairs) for pairs in ranked.values())
+    log(f"{total} pairs scored {threshold:g} or more over {len(exercises)} exercises: wrote {csv_path} and "
+        f"{html_path}, for a person to judge")
+    return ranked, problems
+
+
+def write_csv(path, ranked):
+    with open(path, "w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(["exercise", "student_a", "student_b", "similarity", "reason"])
+        for exercise, pairs in ranked.items():
+            for pair in pairs:
+                writer.writerow([exercise, pair.a.owner, pair.b.owner, f"{pair.score:.3f}", pair.reason])
+
+
+_STYLE = ("body{font-family:sans-serif;margin:2em}td,th{padding:.2em .6em;text-align:left}"
+          ".side{display:grid;grid-template-columns:1fr 1fr;gap:1em}"
+          "pre{background:#f6f6f6;padding:.5em;overflow-x:auto;margin:0}details{margin:.6em 0}"
+          "summary{cursor:pointer}.note{background:#fff6d6;padding:.6em}")
+
+
+def render(assignment, threshold, top, exercises, ranked, problems):
+    esc = html.escape
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(assignment)}: similar answers"
+             f"</title><style>{_STYLE}</style></head><body>",
+             f"<h1>{esc(assignment)}: similar answers</h1>",
+             "<p class='note'>A report for a person to judge, not a verdict: a short exercise has few sensible "
+             "answers, and two honest students can write the same code. Names, comments, docstrings and "
+             "formatting were normalised and the release's own lines removed before comparing; "
+             f"<code>{esc(PACKAGE)}</code> is the course package's finished source. Pairs scoring "
+             f"{threshold:g} or more (1 = the same code), most similar first; the page shows the first {top} "
+             "of each exercise, the CSV all of them.</p>"]
+    if problems:
+        parts.append("<h2>Not compared</h2><ul>" + "".join(f"<li>{esc(p)}</li>" for p in problems) + "</ul>")
+    for exercise in exercises:
+        parts.append(_render_exercise(exercise, ranked[exercise.name], top))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _render_exercise(exercise, pairs, top):
+    esc = html.escape
+    students = [a for a in exercise.answers if a.owner != PACKAGE]
+    parts = [f"<h2>{esc(exercise.name)}</h2>",
+             f"<p>{len(students)} answers compared; {len(pairs)} pairs listed"
+             + (f", the first {top} shown here." if len(pairs) > top else ".")
+             + (f" Left as the release's stub: {esc(', '.join(exercise.unanswered))}." if exercise.unanswered
+                else "") + "</p>"]
+    for pair in pairs[:top]:
+        parts.append(
+            f"<details open><summary><b>{pair.score:.3f}</b> {esc(pair.a.owner)} &harr; {esc(pair.b.owner)}: "
+            f"{esc(pair.reason)}</summary>"
+            f"<div class='side'>{_column(pair.a.owner, pair.a.source)}{_column(pair.b.owner, pair.b.source)}"
+            f"</div><details><summary>what was compared</summary><div class='side'>"
+            f"{_column('', pair.a.normalised)}{_column('', pair.b.normalised)}</div></details></details>")
+    return "\n".join(parts)
+
+
+def _column(title, code):
+    heading = f"<h4>{html.escape(title)}</h4>" if title else ""
+    return f"<div>{heading}<pre>{html.escape(code)}</pre></div>"

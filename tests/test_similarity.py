@@ -1,0 +1,239 @@
+"""``python -m autograder similarity``: a scratch course of notebook 05 with twelve students, honest answers
+from tests/submissions, one who pasted the course package's LayerNorm, two who copied each other, and
+an untouched release. No kernels: nothing is executed.
+"""
+import copy
+import csv
+import inspect
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+
+import nbformat
+import pytest
+from grading import ROOT, load_suite, with_answers
+
+import transformer_course
+from autograder import CONFIG
+from autograder.__main__ import main
+from autograder.similarity import PACKAGE, normalise, similarity_report
+
+ASSIGNMENT = "05_layer_norm_feed_forward"
+RELEASE = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+WRONG, UNUSUAL = load_suite(ASSIGNMENT)
+
+HEIDI = {
+    "LayerNorm": '''
+class LayerNorm(nn.Module):
+    """Layer normalisation, written by Heidi."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.full((d_model,), 1.0))
+        self.beta = nn.Parameter(torch.full((d_model,), 0.0))
+
+    def forward(self, x):
+        # <script>alert("centre every vector")</script>
+        centred = x - x.mean(-1, keepdim=True)
+        spread = centred.pow(2).mean(-1, keepdim=True)
+        return centred / (spread + self.eps).sqrt() * self.gamma + self.beta
+''',
+    "PositionwiseFeedForward": '''
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.linear1 = nn.Linear(in_features=d_model, out_features=d_ff)
+        self.linear2 = nn.Linear(in_features=d_ff, out_features=d_model)
+
+    def forward(self, x):
+        hidden = self.linear1(x).clamp_min(0.0)    # ReLU
+        return self.linear2(self.dropout(hidden))
+''',
+}
+
+
+def disguise(source, renames):
+    """What a copier does to hide a copy: other names, another docstring and other comments, and
+    another layout (spaces around "=", two-space indents, no blank lines)."""
+    for old, new in renames.items():
+        source = re.sub(rf"\b{old}\b", new, source)
+    source = re.sub(r'"""(.|\n)*?"""', '"""My own work."""', source, count=1)
+    source = re.sub(r"#.*", "# checked", source)
+    source = re.sub(r"(\w)=(\w)", r"\1 = \2", source)
+    source = re.sub(r"\n\s*\n", "\n", source)
+    return re.sub(r"(?m)^( +)", lambda m: " " * (len(m.group(1)) // 2), source)
+
+
+IVAN = {exercise: disguise(source, {"x": "inputs", "centred": "c", "spread": "s", "hidden": "h"})
+        for exercise, source in HEIDI.items()}
+GRACE = disguise(inspect.getsource(transformer_course.LayerNorm), {"x": "features", "d_model": "size"})
+
+
+def wrong(why):
+    return next(a.source for a in WRONG if a.why == why)
+
+
+def unusual(start):
+    return next(a.source for a in UNUSUAL if a.why.startswith(start))
+
+
+def answers():
+    """student -> {exercise: answer}; an exercise left out keeps the release's stub."""
+    return {
+        "alice": {"LayerNorm": unusual("register_parameter"),
+                  "PositionwiseFeedForward": unusual("an nn.Sequential")},
+        "bob": {"LayerNorm": unusual("sums divided"), "PositionwiseFeedForward": unusual("F.linear")},
+        "carol": {"LayerNorm": unusual("computes in float64"),
+                  "PositionwiseFeedForward": wrong("GELU instead of ReLU")},
+        "dave": {"LayerNorm": wrong("subtracts the mean from x in place"),
+                 "PositionwiseFeedForward": wrong("dropout after linear2")},
+        "erin": {"LayerNorm": wrong("unbiased variance (torch.var's default)"),
+                 "PositionwiseFeedForward": unusual("dropout before the ReLU")},
+        "frank": {"LayerNorm": wrong("forgets beta"), "PositionwiseFeedForward": wrong("no ReLU")},
+        "grace": {"LayerNorm": GRACE,
+                  "PositionwiseFeedForward": wrong("never applies dropout")},
+        "heidi": HEIDI,
+        "ivan": IVAN,
+        "judy": {},                                                  # the untouched release
+        "ken": {"LayerNorm": "class LayerNorm(nn.Module):\n    def __init__(self, d_model, eps=1e-5):\n"
+                             "        super().__init__()\n        self.gamma = nn.Parameter(torch.ones(d_model)\n",
+                "PositionwiseFeedForward": None},                    # None: the stub with a comment added
+    }
+
+
+def colab(notebook):
+    """The nbgrader metadata dropped and the cell ids regenerated, as Colab does."""
+    notebook = copy.deepcopy(notebook)
+    for cell in notebook.cells:
+        cell.metadata.pop("nbgrader", None)
+        cell.id = uuid.uuid4().hex[:12]
+    return notebook
+
+
+def submit(root, student, notebook):
+    folder = root / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True)
+    nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
+
+
+def make_course(root):
+    """The course directory: configuration, the release (as nbgrader generate_assignment writes it, the
+    same as notebooks/) and the submissions."""
+    shutil.copy(CONFIG, root / "nbgrader_config.py")
+    (root / "release" / ASSIGNMENT).mkdir(parents=True)
+    shutil.copy(RELEASE, root / "release" / ASSIGNMENT)
+    release = nbformat.read(RELEASE, as_version=4)
+    stubs = {c.metadata.nbgrader["grade_id"]: c.source for c in release.cells if "nbgrader" in c.metadata}
+    for student, chosen in answers().items():
+        chosen = {g: stubs[g].replace("# YOUR CODE HERE", "# YOUR CODE HERE (todo)") if a is None else a
+                  for g, a in chosen.items()}
+        notebook = with_answers(release, chosen)
+        submit(root, student, colab(notebook) if student == "erin" else notebook)
+    submit(root, "leo", nbformat.read(ROOT / "notebooks" / "03_masking" / "03_masking.ipynb", as_version=4))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """The CLI run on the scratch course with every pair listed: (root, stdout, CSV rows, HTML)."""
+    root = tmp_path_factory.mktemp("course")
+    make_course(root)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "autograder", "similarity", ASSIGNMENT, "--threshold", "0",
+                             "--top", "100"],
+                            cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"the command failed:\n{result.stdout}\n{result.stderr}"
+    with open(root / f"similarity-{ASSIGNMENT}.csv", newline="", encoding="utf-8") as file:
+        rows = list(csv.DictReader(file))
+    html = (root / f"similarity-{ASSIGNMENT}.html").read_text(encoding="utf-8")
+    return root, result.stdout, rows, html
+
+
+def pairs(rows, exercise):
+    return [r for r in rows if r["exercise"] == exercise]
+
+
+def test_the_pasted_package_source_ranks_first_against_the_package(report):
+    _, _, rows, _ = report
+    against_package = [r for r in pairs(rows, "LayerNorm") if r["student_b"] == PACKAGE]
+    assert against_package[0]["student_a"] == "grace"
+    assert float(against_package[0]["similarity"]) == 1.0
+    assert float(against_package[1]["similarity"]) < 0.8
+
+
+@pytest.mark.parametrize("exercise", ["LayerNorm", "PositionwiseFeedForward"])
+def test_the_copiers_rank_above_every_honest_pair(report, exercise):
+    _, _, rows, _ = report
+    students = [r for r in pairs(rows, exercise) if r["student_b"] != PACKAGE]
+    assert {students[0]["student_a"], students[0]["student_b"]} == {"heidi", "ivan"}
+    assert float(students[0]["similarity"]) > max(float(r["similarity"]) for r in students[1:])
+    assert "normalised" in students[0]["reason"]
+
+
+def test_unanswered_cells_pair_with_nothing(report):
+    _, _, rows, html = report
+    named = {r["student_a"] for r in rows} | {r["student_b"] for r in rows}
+    assert "judy" not in named
+    assert "ken" not in {r["student_a"] for r in pairs(rows, "PositionwiseFeedForward")}   # a comment is no answer
+    assert "Left as the release's stub: judy, ken." in html
+
+
+def test_every_answer_is_compared_even_from_colab_or_with_a_syntax_error(report):
+    _, _, rows, _ = report
+    students = {"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan"}
+    for exercise in ("LayerNorm", "PositionwiseFeedForward"):
+        named = {r["student_a"] for r in pairs(rows, exercise)} | {r["student_b"] for r in pairs(rows, exercise)}
+        assert named == students | {PACKAGE} | ({"ken"} if exercise == "LayerNorm" else set())
+    assert len(pairs(rows, "LayerNorm")) == 11 * 10 // 2      # ten students and the package, every pair
+    assert any("ken: a syntax error" in r["reason"] for r in pairs(rows, "LayerNorm"))
+
+
+def test_an_unmatched_notebook_is_reported(report):
+    _, stdout, rows, html = report
+    assert "not compared: leo:" in stdout
+    assert "leo" in html.split("<h2>Not compared</h2>")[1].split("<h2>")[0]
+    assert "leo" not in {r["student_a"] for r in rows}
+
+
+def test_the_page_shows_both_answers_escaped(report):
+    _, _, _, html = report
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert html.index("heidi &harr; ivan") < html.index("alice &harr; bob")
+    assert "for a person to judge" in html
+
+
+def test_the_default_threshold_lists_only_the_near_identical(report):
+    root, _, _, _ = report
+    ranked, problems = similarity_report(root, ASSIGNMENT, top=1, log=lambda line: None)
+    layer_norm = {(p.a.owner, p.b.owner) for p in ranked["LayerNorm"]}
+    assert {("heidi", "ivan"), ("grace", PACKAGE)} <= layer_norm
+    assert ("alice", "bob") not in layer_norm
+    assert [p.split(":")[0] for p in problems] == ["leo"]
+    page = (root / f"similarity-{ASSIGNMENT}.html").read_text(encoding="utf-8")
+    assert page.count("<details open>") == 2                  # --top: one pair per exercise on the page
+
+
+def test_renaming_reformatting_and_comments_change_nothing():
+    shared = frozenset({"torch"})
+    one = normalise('def f(a, b=1e-5):\n    """Doc."""\n    total = torch.sum(a) + b  # add\n    return total\n',
+                    shared)
+    other = normalise("def g(x,\n      y=0.00001):\n    s = (torch.sum(x)\n         + y)\n    return s", shared)
+    assert one == other == ([("def", "v1", "(", "v2", ",", "v3", "=", "1e-05", ")", ":"),
+                             ("v4", "=", "torch", ".", "sum", "(", "v2", ")", "+", "v3"),
+                             ("return", "v4")], True)
+
+
+def test_a_syntax_error_falls_back_to_tokens():
+    lines, parsed = normalise("def f(a, b=1e-5):\n    return torch.sum(a, dim=b\n", frozenset({"torch"}))
+    assert not parsed
+    assert lines[0] == ("def", "v1", "(", "v2", ",", "v3", "=", "1e-05", ")", ":")
+    assert lines[1][:9] == ("return", "torch", ".", "sum", "(", "v2", ",", "dim", "=")
+
+
+def test_a_course_without_the_release_is_an_error(tmp_path, capsys):
+    assert main(["similarity", ASSIGNMENT, "--course", str(tmp_path)]) == 2
+    assert "generate_assignment" in capsys.readouterr().err
