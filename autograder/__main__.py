@@ -3,6 +3,7 @@
     python -m autograder release [ASSIGNMENT ...]     regenerate notebooks/ from solutions/ (course maintainers)
     python -m autograder grade ASSIGNMENT             grade every submission, sandboxed and in parallel
     python -m autograder feedback ASSIGNMENT          one HTML page per student and notebook, no test code
+    python -m autograder check NOTEBOOK.ipynb         a student's check: what the grader will make of it
     python -m autograder similarity ASSIGNMENT        near-identical answers, ranked, for a person to judge
 """
 import argparse
@@ -48,6 +49,15 @@ def build_parser():
     feedback.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
     feedback.add_argument("--student", action="append", dest="students", help="only this student (repeatable)")
 
+    check = commands.add_parser("check", help="run a notebook as the grader would and report what will cost points",
+                                description="A student's check before handing in: the notebook runs in a fresh "
+                                            "kernel with the grader's limits; per exercise, the visible tests "
+                                            "passed and the points at stake. Exit status 1 when something will "
+                                            "cost points.")
+    check.add_argument("notebook", type=Path)
+    check.add_argument("--release", type=Path, help="the release notebook to compare with (default: the course's)")
+    check.add_argument("--cell-timeout", type=float, help="seconds per cell (default: the grader's)")
+
     similarity = commands.add_parser(
         "similarity", help="write similarity-ASSIGNMENT.csv and .html: near-identical answers, ranked",
         description="For every exercise, rank the pairs of submissions, and each submission against the "
@@ -81,6 +91,10 @@ def main(argv=None):
         except GradingError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    elif args.command == "check":
+        from .check import main as check_main
+
+        return check_main(args.notebook, args.release, args.cell_timeout)
     elif args.command == "feedback":
         from .feedback import generate_feedback
 

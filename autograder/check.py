@@ -1,0 +1,196 @@
+"""``python -m autograder check NOTEBOOK.ipynb``: what the grader will make of a notebook, before it is handed in.
+
+It runs the notebook as the grader does: matched back to its release (repair.py: Colab drops the cells'
+grading metadata), read-only cells put back as the release has them, then every cell in a fresh kernel with
+the grader's limits and the training demos in smoke mode (execute.py; sandboxed where bubblewrap is
+installed). It prints, per exercise, the visible tests passed and the points at stake, the answers the
+grader will refuse (the course's finished versions), what the grader would repair, and the cells that ran
+too long. The exit status is non-zero when something will cost points. The hidden tests are not in a
+student's notebook: passing the visible tests is necessary, not sufficient.
+
+From a notebook, its last cell calls ``check_this_notebook()``: on Colab the notebook comes from the Colab
+runtime, in Jupyter from its saved file.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import nbformat
+
+from .cells import exercise_of, grade_id, is_answer, is_locked, is_solution, is_test
+from .execute import execute_notebook
+from .repair import RepairError, repair_notebook
+from .sandbox import REPOSITORY, Limits, sandbox_available
+
+REFUSED = "FinishedAnswerUsed"   # the error the course's finished answers raise in their own tests
+
+
+@dataclass
+class ExerciseResult:
+    name: str
+    points: float = 0.0          # the points of its test cells
+    cells: int = 0               # its test cells
+    passed: int = 0              # the test cells whose visible tests passed
+    failures: list = field(default_factory=list)   # "test_id: the first line of the error"
+    refused: bool = False        # the answer is the course's finished version
+
+
+@dataclass
+class CheckReport:
+    exercises: list
+    repairs: list        # what the grader would repair, as sentences
+    slow: list           # cells that broke a limit (time, memory, output)
+    problem: str = ""    # why the notebook cannot be graded at all
+
+    @property
+    def ok(self):
+        return not (self.problem or self.slow or any(e.failures for e in self.exercises))
+
+
+def course_releases():
+    """assignment -> the release notebook's text, from the course package (or this checkout's notebooks/)."""
+    try:
+        folder = resources.files("transformer_course.releases")
+    except ModuleNotFoundError:
+        folder = REPOSITORY / "notebooks" if REPOSITORY else None
+    if folder is None or not folder.is_dir():
+        return {}
+    return {entry.name: (entry / f"{entry.name}.ipynb").read_text(encoding="utf-8") for entry in folder.iterdir()
+            if entry.is_dir() and (entry / f"{entry.name}.ipynb").is_file()}
+
+
+def find_release(notebook, name):
+    """The release ``notebook`` was made from: the one named like it, else the one it matches best (a
+    notebook saved by Colab may be called anything). None when no release is at hand."""
+    releases = {assignment: nbformat.reads(text, as_version=4) for assignment, text in course_releases().items()}
+    if name in releases:
+        return releases[name]
+    fits = []
+    for release in releases.values():
+        try:
+            fits.append((len(repair_notebook(notebook, release)[1]), len(fits), release))
+        except RepairError:
+            pass
+    return min(fits)[2] if fits else None
+
+
+def as_the_grader_gets_it(notebook, release):
+    """(notebook, repairs): matched back to the release, its read-only cells as the release has them."""
+    if release is None:
+        return notebook, ["no release notebook was found to compare with: give it with --release"]
+    repaired, repairs = repair_notebook(notebook, release)
+    originals = {grade_id(c): c.source for c in release.cells if is_locked(c) and grade_id(c)}
+    for cell in repaired.cells:
+        if grade_id(cell) in originals and cell.source != originals[grade_id(cell)]:
+            cell.source = originals[grade_id(cell)]
+            repairs.append(f"the read-only cell '{grade_id(cell)}' was changed: the grader runs the release's version")
+    return repaired, repairs
+
+
+def exercise_results(executed):
+    """One ExerciseResult per exercise of the executed notebook, in notebook order."""
+    names = [grade_id(c) for c in executed.cells if is_answer(c)]
+    results = {name: ExerciseResult(name) for name in names}
+    for cell in executed.cells:
+        owner = results.get(exercise_of(grade_id(cell), names)) if is_test(cell) else None
+        if owner is None:
+            continue
+        points = float(cell.metadata["nbgrader"].get("points", 0))
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        owner.points += points
+        owner.cells += 1
+        if errors:
+            owner.failures.append(f"{grade_id(cell)}: {errors[0].ename}: {str(errors[0].evalue).splitlines()[0]}")
+            owner.refused = owner.refused or any(e.ename == REFUSED for e in errors)
+        else:
+            owner.passed += 1
+    return list(results.values())
+
+
+def check_notebook(notebook, release, limits=None, sandbox=None):
+    """Run ``notebook`` as the grader would and report on it (a CheckReport)."""
+    try:
+        prepared, repairs = as_the_grader_gets_it(notebook, release)
+    except RepairError as error:
+        return CheckReport([], [], [], problem=str(error))
+    sandbox = sandbox_available() if sandbox is None else sandbox
+    with tempfile.TemporaryDirectory(prefix="course-check-") as workdir:
+        executed, problems = execute_notebook(prepared, workdir, limits or Limits(), env={"COURSE_SMOKE": "1"},
+                                              sandbox=sandbox)
+    slow = [f"cell {p.index + 1} ({grade_id(executed.cells[p.index]) or 'ungraded'}): {p.message}"
+            for p in problems if p.kind in ("timeout", "output-limit", "kernel-died", "not-run")]
+    return CheckReport(exercise_results(executed), repairs, slow)
+
+
+def render(report):
+    """The report as text for a terminal or a notebook cell."""
+    if report.problem:
+        return f"This notebook cannot be graded: {report.problem}"
+    lines = [f"{'exercise':<30} {'test cells passed':<18} {'points at stake':<16} verdict"]
+    for result in report.exercises:
+        verdict = "REFUSED: it is the course's finished version" if result.refused else (
+            "ok" if not result.failures else "will lose points")
+        lines.append(f"{result.name:<30} {f'{result.passed} of {result.cells}':<18} {result.points:<16g} {verdict}")
+        lines += [f"    {failure}" for failure in result.failures]
+    for title, items in (("The grader would repair:", report.repairs), ("Cells over the grader's limits:", report.slow)):
+        if items:
+            lines += ["", title] + [f"  - {item}" for item in items]
+    lines += ["", "Everything the visible tests check passes; hidden tests decide the grade." if report.ok else
+              "Something above will cost points."]
+    return "\n".join(lines)
+
+
+def main(notebook_path, release_path=None, cell_timeout=None):
+    """The command: returns its exit status."""
+    path = Path(notebook_path)
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except (OSError, ValueError) as error:
+        print(f"error: cannot read {path}: {error}", file=sys.stderr)
+        return 2
+    release = nbformat.read(release_path, as_version=4) if release_path else find_release(notebook, path.stem)
+    limits = Limits(cell_timeout=cell_timeout) if cell_timeout else Limits()
+    report = check_notebook(notebook, release, limits)
+    print(render(report))
+    return 0 if report.ok else 1
+
+
+# ----------------------------------------------------------------------------- from the notebook itself
+
+def check_this_notebook():
+    """The last cell of every notebook: check this notebook as the grader will get it."""
+    # COURSE_GRADING: set by this package's grader and check; NBGRADER_EXECUTION: by nbgrader's.
+    if os.environ.get("COURSE_GRADING") == "1" or os.environ.get("NBGRADER_EXECUTION"):
+        print("(the check does not run while the notebook is being graded or checked)")
+        return
+    notebook, name = _colab_notebook(), None
+    if notebook is None:
+        name = os.environ.get("JPY_SESSION_NAME") or os.environ.get("__vsc_ipynb_file__")
+        if not name or not Path(name).is_file():
+            print("Cannot find this notebook's file. Save it, then run in a terminal:\n"
+                  "    python -m autograder check PATH/TO/NOTEBOOK.ipynb")
+            return
+        print(f"Checking {name} as last saved (save first to check your latest changes).")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / (Path(name).name if name else "notebook.ipynb")
+        path.write_text(json.dumps(notebook) if notebook is not None else Path(name).read_text(encoding="utf-8"),
+                        encoding="utf-8")
+        # Line by line into the cell: a child's output would otherwise go to the kernel's terminal.
+        with subprocess.Popen([sys.executable, "-m", "autograder", "check", str(path)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as child:
+            for line in child.stdout:
+                print(line, end="")
+
+
+def _colab_notebook():
+    """The notebook as the Colab runtime holds it, or None outside Colab."""
+    try:
+        from google.colab import _message
+    except ImportError:
+        return None
+    return _message.blocking_request("get_ipynb", timeout_sec=60)["ipynb"]

@@ -1,0 +1,70 @@
+"""A student's check before handing in (``python -m autograder check``, autograder/check.py), on notebook 03."""
+import copy
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from autograder.check import check_notebook, find_release, render
+from autograder.sandbox import Limits
+from grading import ROOT, SOLUTIONS, nbgrader_cells, solved, with_answers
+
+pytestmark = pytest.mark.xdist_group("check")
+
+ASSIGNMENT = "03_masking"
+RELEASE = nbformat.read(ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+CORRECT = solved(RELEASE, nbformat.read(SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4))
+LIMITS = Limits(cell_timeout=10, total_timeout=300)
+
+
+def saved_by_colab(notebook):
+    """What Colab hands back: no cell metadata, new cell ids."""
+    notebook = copy.deepcopy(notebook)
+    for i, cell in enumerate(notebook.cells):
+        cell.metadata, cell.id = {}, f"colab-{i}"
+    return notebook
+
+
+def test_a_correct_notebook_passes_and_the_command_exits_0(tmp_path):
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(CORRECT, path)
+    result = subprocess.run([sys.executable, "-m", "autograder", "check", str(path), "--cell-timeout", "30"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for exercise in ("padding_mask", "causal_mask", "target_mask"):
+        assert exercise in result.stdout
+    assert "will lose points" not in result.stdout and "repair" not in result.stdout, result.stdout
+
+
+def test_a_notebook_saved_by_colab_is_matched_to_its_release_and_passes():
+    notebook = saved_by_colab(CORRECT)
+    release = find_release(notebook, "Copy of 03_masking")   # Colab's name says nothing: matched by content
+    assert release is not None and release.cells[0].source == RELEASE.cells[0].source
+    report = check_notebook(notebook, release, LIMITS)
+    assert report.ok, render(report)
+    assert any("restored the nbgrader metadata" in repair for repair in report.repairs), report.repairs
+    assert [(e.name, e.passed, e.cells) for e in report.exercises] == [
+        ("padding_mask", 3, 3), ("causal_mask", 4, 4), ("target_mask", 3, 3)]
+
+
+def test_the_finished_answer_is_refused_and_a_looping_cell_is_reported():
+    answers = nbgrader_cells(CORRECT)
+    notebook = with_answers(CORRECT, {"causal_mask": "from transformer_course import causal_mask",
+                                      "padding_mask": answers["padding_mask"].source + "\nwhile True:\n    pass\n"})
+    report = check_notebook(notebook, RELEASE, LIMITS)
+    text = render(report)
+    assert not report.ok and "Something above will cost points" in text
+    refused = {e.name: e for e in report.exercises}
+    assert refused["causal_mask"].refused and refused["causal_mask"].passed == 0, text
+    assert not refused["target_mask"].failures, text
+    assert any("padding_mask" in cell and "ran longer than 10 seconds" in cell for cell in report.slow), text
+
+
+def test_a_notebook_of_another_course_cannot_be_graded(tmp_path):
+    stranger = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print('hello')")])
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    nbformat.write(stranger, path)
+    result = subprocess.run([sys.executable, "-m", "autograder", "check", str(path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 1 and "cannot be graded" in result.stdout, result.stdout + result.stderr
