@@ -1,4 +1,5 @@
-"""Instructor commands, run in the course directory (the one with nbgrader_config.py and gradebook.db):
+"""Instructor commands, run in the course directory (the one with nbgrader_config.py; the gradebook is where
+its CourseDirectory.db_url says, by default gradebook.db there):
 
     python -m autograder release [ASSIGNMENT ...]     regenerate notebooks/ from solutions/ (course maintainers)
     python -m autograder grade ASSIGNMENT             grade every submission, sandboxed and in parallel
@@ -25,7 +26,8 @@ def build_parser():
     release.add_argument("--solutions", type=Path, default=Path("solutions"), help="instructor sources (default: %(default)s)")
     release.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="where the releases go (default: %(default)s)")
 
-    grade = commands.add_parser("grade", help="grade submitted/*/ASSIGNMENT into the gradebook and a CSV")
+    grade = commands.add_parser("grade", help="grade submitted/*/ASSIGNMENT into the gradebook, grades-ASSIGNMENT.csv "
+                                              "(per notebook) and grades-ASSIGNMENT-cells.csv (per cell)")
     grade.add_argument("assignment")
     grade.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
     grade.add_argument("--student", action="append", dest="students", help="grade only this student (repeatable)")

@@ -2,67 +2,230 @@
 ``feedback/STUDENT/ASSIGNMENT/NOTEBOOK.html`` (where ``nbgrader release_feedback`` looks for it).
 
 nbgrader's own feedback is the autograded notebook, hidden tests and their tracebacks included. This page
-shows only what a student may see: the score of every graded cell, and for a failed test its error
-message (the course's messages say what is wrong in words), never a traceback or any test code. As a
-last guard, any line of a message that quotes a line of a test cell is removed: student code can put
-whatever it likes into an exception message.
+shows only what a student may see: the score of every graded cell, for a failed test its error message
+(the course's messages say what is wrong in words), never a traceback or any hidden test's code, and for a
+written answer the grader's score and comment, or that it awaits manual grading.
+
+Student code can put whatever it likes into an exception message, the hidden tests' source included (it
+can read its caller's code with ``inspect``). So any line of a message that quotes hidden-test code is
+removed. Hidden-test code here is the text between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``
+(comments and docstrings included) outside the string literals the tests raise as messages, and only
+where it is in neither the release notebook (visible tests and set-up are public) nor the student's own
+cells. A message the hidden test itself raises is shown in full, even where its words are code
+("call scheduler.step() after optimizer.step()").
 """
+import ast
 import html
+import io
+import tokenize
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from .grade import read_report
+from .grade import cell_grades, open_gradebook, read_report
 
-HIDDEN_NOTE = "[a line quoting the test code was removed]"
-MIN_QUOTED = 12   # shorter lines ("assert x", "pass") are too common to mean a quotation
+HIDDEN_NOTE = "[a line quoting the hidden tests' code was removed]"
+MIN_QUOTED = 12   # shorter text ("assert x", "pass") is too common to mean a quotation
+BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"   # nbgrader's delimiters
+# Python 3.12 splits an f-string into several tokens; before, it is one STRING token.
+FSTRING_START, FSTRING_END = getattr(tokenize, "FSTRING_START", None), getattr(tokenize, "FSTRING_END", None)
 
 
-def test_code_lines(source_notebook):
-    """The stripped lines of every test cell of the instructor's notebook (hidden tests included)."""
-    lines = set()
+# ----------------------------------------------------------------------------- what a message may not quote
+
+@dataclass(frozen=True)
+class HiddenText:
+    """`code`: the hidden tests' lines, and the pieces of them between message literals (stripped, at
+    least MIN_QUOTED long); `literals`: the lines of the string literals that the hidden tests raise."""
+    code: frozenset = frozenset()
+    literals: frozenset = frozenset()
+
+    def secret(self, public):
+        """The same without the code that `public` (the release's and the student's own text) holds too."""
+        return HiddenText(frozenset(c for c in self.code if c not in public), self.literals)
+
+    def quoted_in(self, line):
+        """Whether `line` holds hidden code that is not inside the text of one of the hidden literals."""
+        inside = [(i, i + len(text)) for text in self.literals for i in _occurrences(line, text)]
+        return any(not any(start <= i and i + len(code) <= end for start, end in inside)
+                   for code in self.code for i in _occurrences(line, code))
+
+
+def _occurrences(line, text):
+    i = line.find(text)
+    while i >= 0:
+        yield i
+        i = line.find(text, i + 1)
+
+
+def hidden_text(source_notebook):
+    """The HiddenText of the instructor's notebook (all of its hidden tests)."""
+    code, literals = set(), set()
     for cell in source_notebook.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade") and not meta.get("solution"):
-            lines.update(line.strip() for line in cell.source.splitlines() if len(line.strip()) >= MIN_QUOTED)
-    return lines
+        if cell.cell_type == "code" and BEGIN_HIDDEN in cell.source:
+            cell_code, cell_literals = _hidden_cell_text(cell.source)
+            code |= cell_code
+            literals |= cell_literals
+    return HiddenText(frozenset(code), frozenset(literals))
 
 
-def scrub(message, code_lines):
-    """`message` without the lines that quote test code."""
-    kept = [HIDDEN_NOTE if any(code in line for code in code_lines) else line for line in message.splitlines()]
-    return "\n".join(kept)
+def _hidden_cell_text(source):
+    """(code, literal lines) of the hidden tests of one cell."""
+    lines = [line.rstrip("\r\n") for line in io.StringIO(source).readlines()]   # numbered as tokenize does
+    hidden = _hidden_line_numbers(lines)
+    tokens = _tokens(source)
+    literals = list(_literals(source, tokens))
+    messages = [(start, end) for start, end, _, message in literals if message]
+    # comments and docstrings are hidden text too, and so is the code on either side of them
+    asides = [(t.start, t.end, [t.string]) for t in tokens if t.type == tokenize.COMMENT]
+    asides += [(start, end, texts) for start, end, texts, message in literals if not message]
+    code = set()
+    for number in hidden:
+        line = lines[number - 1]
+        outside = _mask(line, number, messages)
+        if outside.strip("\0 \t"):   # not all of it inside a message: the line is code
+            pieces = [line, *_mask(outside, number, [(a, b) for a, b, _ in asides]).split("\0"),
+                      *(part for a, b, texts in asides if a[0] <= number <= b[0] for part in _text_lines(texts))]
+            code |= {piece.strip() for piece in pieces if len(piece.strip()) >= MIN_QUOTED}
+    shown = {part.strip() for start, end, texts, message in literals
+             if message and hidden & set(range(start[0], end[0] + 1)) for part in _text_lines(texts)}
+    return code, {part for part in shown if len(part) >= MIN_QUOTED}
 
 
-def cell_messages(cell, code_lines):
+def _text_lines(texts):
+    return [part for text in texts for part in text.split("\n")]
+
+
+def _tokens(source):
+    """The tokens of `source`, none when it does not tokenize."""
+    try:
+        return list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return []
+
+
+def _hidden_line_numbers(lines):
+    """The numbers (from 1) of the hidden tests' lines, their delimiters included."""
+    hidden, inside = set(), False
+    for number, line in enumerate(lines, 1):
+        inside = inside or BEGIN_HIDDEN in line
+        if inside:
+            hidden.add(number)
+        inside = inside and END_HIDDEN not in line
+    return hidden
+
+
+def _mask(line, number, spans):
+    """`line` (number `number`) with the characters inside `spans` ((row, col) start and end) replaced by NULs."""
+    chars = list(line)
+    for (start_row, start_col), (end_row, end_col) in spans:
+        if start_row <= number <= end_row:
+            first = start_col if start_row == number else 0
+            last = end_col if end_row == number else len(chars)
+            chars[first:last] = "\0" * (min(last, len(chars)) - first)
+    return "".join(chars)
+
+
+def _literals(source, tokens):
+    """(start, end, texts, message) of every string literal of `source`: implicitly joined literals count as
+    one, `texts` is its constant text (an f-string's text between the replacement fields), `message` says
+    whether it is part of an expression (a message) rather than a statement of its own (a docstring)."""
+    tokens = [t for t in tokens if t.type not in (tokenize.NL, tokenize.COMMENT)]
+    i = 0
+    while i < len(tokens):
+        j = _end_of_strings(tokens, i)
+        if j == i:
+            i += 1
+            continue
+        statement = (i == 0 or tokens[i - 1].type in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)) and \
+            (j == len(tokens) or tokens[j].type in (tokenize.NEWLINE, tokenize.ENDMARKER))
+        start, end = tokens[i].start, tokens[j - 1].end
+        yield start, end, _constant_text(source, start, end), not statement
+        i = j
+
+
+def _end_of_strings(tokens, i):
+    """The index after the run of string literals (f-strings whole) that starts at tokens[i] (i: none)."""
+    depth = 0
+    while i < len(tokens):
+        kind = tokens[i].type
+        depth += (kind == FSTRING_START) - (kind == FSTRING_END)
+        if depth == 0 and kind not in (tokenize.STRING, FSTRING_END):
+            return i
+        i += 1
+    return i
+
+
+def _constant_text(source, start, end):
+    """The constant text of the literals of `source` between the positions `start` and `end`."""
+    lines = io.StringIO(source).readlines()
+    text = "".join(lines[start[0] - 1:end[0]])
+    text = text[start[1]:len(text) - len(lines[end[0] - 1]) + end[1]]
+    try:
+        node = ast.parse(f"(\n{text}\n)", mode="eval").body
+    except SyntaxError:
+        return []
+    parts = node.values if isinstance(node, ast.JoinedStr) else [node]
+    return [p.value for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)]
+
+
+def scrub(message, hidden):
+    """`message` without the lines that quote hidden-test code (`hidden`: a HiddenText, made secret)."""
+    return "\n".join(HIDDEN_NOTE if hidden.quoted_in(line) else line for line in message.splitlines())
+
+
+def own_text(notebook):
+    """The text of the student's own cells: answers and cells they added (not tests, not locked cells)."""
+    return "\n".join(c.source for c in notebook.cells
+                     if not c.metadata.get("nbgrader") or c.metadata["nbgrader"].get("solution"))
+
+
+def _notebook_text(path):
+    return "\n".join(c.source for c in nbformat.read(path, as_version=4).cells) if path.exists() else ""
+
+
+# ----------------------------------------------------------------------------- the page
+
+def cell_messages(cell, hidden):
     """The failure messages of one graded cell: 'ErrorName: message' for every error output."""
-    return [scrub(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}", code_lines)
+    return [scrub(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}", hidden)
             for out in cell.get("outputs", []) if out.get("output_type") == "error"]
 
 
-def graded_cells(autograded, gradebook_scores):
-    """(grade_id, kind, score, max_score, cell) for every graded cell, in notebook order."""
+def graded_cells(autograded, grades):
+    """(CellGrade, cell) for every graded cell that the gradebook knows, in notebook order."""
     rows = []
     for cell in autograded.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not meta.get("grade"):
-            continue
-        kind = "test" if cell.cell_type == "code" and not meta.get("solution") else "written"
-        score, max_score = gradebook_scores.get(meta["grade_id"], (None, meta.get("points", 0)))
-        rows.append((meta["grade_id"], kind, score, max_score, cell))
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if cell.metadata.get("nbgrader", {}).get("grade") and grade_id in grades:
+            rows.append((grades[grade_id], cell))
     return rows
 
 
-def render(student, assignment, notebook, rows, code_lines, report):
+STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.3em .6em;"
+         "border-bottom:1px solid #ddd;vertical-align:top}pre{white-space:pre-wrap;margin:0}"
+         ".ok{color:#176d2a}.bad{color:#a4161a}.pending{color:#7a5c00}")
+
+
+def _row(grade, cell, hidden):
+    """One row of the table: the cell, its score and what went wrong (or the grader's comment)."""
     esc = html.escape
-    total = sum(score or 0 for _, _, score, _, _ in rows)
-    possible = sum(max_score or 0 for _, _, _, max_score, _ in rows)
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(notebook)}: feedback</title>",
-             "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:.3em .6em;"
-             "border-bottom:1px solid #ddd;vertical-align:top}pre{white-space:pre-wrap;margin:0}"
-             ".ok{color:#176d2a}.bad{color:#a4161a}</style></head><body>",
-             f"<h1>{esc(assignment)} / {esc(notebook)}</h1>",
-             f"<p>Student: <b>{esc(student)}</b>. Score: <b>{total:g} / {possible:g}</b></p>"]
+    if grade.score is None:
+        status, shown, verdict = "pending", "–", "awaiting manual grading"
+    else:
+        status, shown = ("ok" if grade.score == grade.max_score else "bad"), f"{grade.score:g}"
+        if grade.kind == "written":
+            verdict = f"<pre>{esc(grade.comment)}</pre>" if grade.comment else "graded by hand"
+        else:
+            verdict = "<br>".join(f"<pre>{esc(m)}</pre>" for m in cell_messages(cell, hidden)) or "passed"
+    return (f"<tr><td>{esc(grade.grade_id)}</td><td class='{status}'>{shown} / {grade.max_score:g}</td>"
+            f"<td>{verdict}</td></tr>")
+
+
+def _report_notes(report, hidden):
+    """What went wrong with the notebook as a whole: an error, repairs, broken cells."""
+    esc, parts = html.escape, []
     if report is not None and report.error:
         parts.append(f"<p class='bad'>This notebook could not be graded: {esc(report.error)}</p>")
     if report is not None and report.repairs:
@@ -70,32 +233,37 @@ def render(student, assignment, notebook, rows, code_lines, report):
                      "repaired:</p><ul>" + "".join(f"<li>{esc(a)}</li>" for a in report.repairs) + "</ul>")
     if report is not None and report.problems:
         parts.append("<p>Cells that broke while grading:</p><ul>" + "".join(
-            f"<li>cell {p['index'] + 1}: {esc(scrub(p['message'], code_lines))}</li>" for p in report.problems)
+            f"<li>cell {p['index'] + 1}: {esc(scrub(p['message'], hidden))}</li>" for p in report.problems)
             + "</ul>")
-    parts.append("<table><tr><th>cell</th><th>score</th><th>what went wrong</th></tr>")
-    for grade_id, kind, score, max_score, cell in rows:
-        if kind == "written":
-            verdict = "graded by hand" if score is None else ""
-        else:
-            verdict = "<br>".join(f"<pre>{esc(m)}</pre>" for m in cell_messages(cell, code_lines)) or "passed"
-        status = "ok" if score is not None and score == max_score else "bad"
-        shown = "–" if score is None else f"{score:g}"
-        parts.append(f"<tr><td>{esc(grade_id)}</td><td class='{status}'>{shown} / {max_score:g}</td>"
-                     f"<td>{verdict}</td></tr>")
-    parts.append("</table></body></html>")
-    return "\n".join(parts)
+    return parts
 
 
-def cell_scores(course, assignment, notebook, student):
-    """grade_id -> (score, max_score) from the gradebook (the score a grader set by hand wins)."""
-    from nbgrader.api import Gradebook, MissingEntry
+def render(student, assignment, notebook, rows, hidden, report):
+    esc = html.escape
+    total = sum(grade.score or 0 for grade, _ in rows)
+    possible = sum(grade.max_score or 0 for grade, _ in rows)
+    pending = sum(grade.max_score for grade, _ in rows if grade.score is None)
+    waiting = f", with {pending:g} points of written answers still to be graded by hand" if pending else ""
+    return "\n".join([
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(notebook)}: feedback</title>",
+        f"<style>{STYLE}</style></head><body>", f"<h1>{esc(assignment)} / {esc(notebook)}</h1>",
+        f"<p>Student: <b>{esc(student)}</b>. Score: <b>{total:g} / {possible:g}</b>{waiting}</p>",
+        *_report_notes(report, hidden),
+        "<table><tr><th>cell</th><th>score</th><th>what went wrong</th></tr>",
+        *(_row(grade, cell, hidden) for grade, cell in rows),
+        "</table></body></html>"])
 
-    with Gradebook(f"sqlite:///{Path(course) / 'gradebook.db'}") as gradebook:
-        try:
-            submission = gradebook.find_submission_notebook(notebook, assignment, student)
-        except MissingEntry:
-            return {}
-        return {g.name: (g.score, g.max_score) for g in submission.grades}
+
+def _page(course, assignment, notebook, student, gradebook, hidden, report):
+    """The feedback page of one student's notebook."""
+    path = course / "autograded" / student / assignment / f"{notebook}.ipynb"
+    public = _notebook_text(course / "release" / assignment / f"{notebook}.ipynb")
+    rows = []
+    if path.exists():
+        autograded = nbformat.read(path, as_version=4)
+        public += "\n" + own_text(autograded)
+        rows = graded_cells(autograded, cell_grades(gradebook, assignment, notebook, student))
+    return render(student, assignment, notebook, rows, hidden.secret(public), report)
 
 
 def generate_feedback(course, assignment, students=None, log=print):
@@ -103,24 +271,19 @@ def generate_feedback(course, assignment, students=None, log=print):
     course = Path(course).resolve()
     reports = read_report(course, assignment)
     sources = {p.stem: nbformat.read(p, as_version=4) for p in (course / "source" / assignment).glob("*.ipynb")}
-    code_lines = {name: test_code_lines(nb) for name, nb in sources.items()}
+    hidden = {name: hidden_text(nb) for name, nb in sources.items()}
     written = []
-    for folder in sorted((course / "autograded").glob(f"*/{assignment}")):
-        student = folder.parent.name
-        if students and student not in students:
-            continue
-        for notebook in sorted(sources):
-            path = folder / f"{notebook}.ipynb"
-            report = reports.get(student, {}).get(notebook)
-            if path.exists():
-                rows = graded_cells(nbformat.read(path, as_version=4),
-                                    cell_scores(course, assignment, notebook, student))
-            else:
-                rows = []
-            page = render(student, assignment, notebook, rows, code_lines[notebook], report)
-            target = course / "feedback" / student / assignment / f"{notebook}.html"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(page, encoding="utf-8")
-            written.append(target)
+    with open_gradebook(course) as gradebook:
+        for folder in sorted((course / "autograded").glob(f"*/{assignment}")):
+            student = folder.parent.name
+            if students and student not in students:
+                continue
+            for notebook in sorted(sources):
+                page = _page(course, assignment, notebook, student, gradebook, hidden[notebook],
+                             reports.get(student, {}).get(notebook))
+                target = course / "feedback" / student / assignment / f"{notebook}.html"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(page, encoding="utf-8")
+                written.append(target)
     log(f"wrote {len(written)} feedback pages under {course / 'feedback'}")
     return written

@@ -18,8 +18,9 @@ grading steps, and moves only the execution out of nbgrader:
    ``ReplayExecution``, which pastes in the outputs of step 3: nbgrader scores the cells and writes
    the gradebook and ``autograded/`` as it would have after executing them itself.
 
-Finally ``grades-ASSIGNMENT.csv`` (one row per student and notebook) and
-``.autograder/ASSIGNMENT/report.json`` (repairs, broken cells, errors: what the feedback shows).
+Finally ``grades-ASSIGNMENT.csv`` (one row per student and notebook), ``grades-ASSIGNMENT-cells.csv`` (one
+row per student and graded cell) and ``.autograder/ASSIGNMENT/report.json`` (repairs, broken cells, errors:
+what the feedback shows). Grading some students (``--student``) keeps the others' rows and reports.
 """
 import concurrent.futures
 import csv
@@ -48,10 +49,8 @@ class GradingError(Exception):
 
 # ----------------------------------------------------------------------------- nbgrader, driven from Python
 
-def _nbgrader_api(course, **overrides):
-    """An NbGraderAPI for `course` with its nbgrader_config.py, plus `overrides` ({"Class.trait": value})."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
+def _nbgrader_config(course, **overrides):
+    """The course's nbgrader_config.py as a traitlets Config, plus `overrides` ({"Class.trait": value})."""
     from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
 
@@ -62,7 +61,26 @@ def _nbgrader_api(course, **overrides):
         section, trait = name.split(".")
         config[section][trait] = value
     config.CourseDirectory.root = str(course)
+    return config
+
+
+def _nbgrader_api(course, **overrides):
+    """An NbGraderAPI for `course` with its nbgrader_config.py, plus `overrides` ({"Class.trait": value})."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config = _nbgrader_config(course, **overrides)
     return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def open_gradebook(course):
+    """The course's gradebook where nbgrader keeps it: CourseDirectory.db_url of the course's configuration
+    (by default sqlite:///COURSE/gradebook.db). Use it as a context manager."""
+    from nbgrader.api import Gradebook
+    from nbgrader.coursedir import CourseDirectory
+
+    coursedir = CourseDirectory(config=_nbgrader_config(Path(course).resolve()))
+    return Gradebook(coursedir.db_url, coursedir.course_id)
 
 
 def _autograde(course, assignment, students, log, **overrides):
@@ -158,8 +176,8 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
     if not students:
         raise GradingError(f"nobody submitted {assignment}: no folder submitted/*/{assignment}")
     staging = course / STAGING / assignment
-    shutil.rmtree(staging, ignore_errors=True)
-    stage = {name: staging / name for name in ("repaired", "sanitized", "executed")}
+    earlier = read_report(course, assignment)     # the students graded before and not now keep their report
+    stage = _clear_stages(staging, students)
     notebooks = sorted(p.stem for p in release.glob("*.ipynb"))
     reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
     started = time.perf_counter()
@@ -209,11 +227,21 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
         for report in reports[student].values():
             report.error = report.error or f"nbgrader could not record the grades: {error.splitlines()[-1]}"
 
-    write_report(staging / "report.json", reports)
-    write_csv(course / f"grades-{assignment}.csv", course, assignment, reports)
+    everyone = {**earlier, **reports}
+    write_report(staging / "report.json", everyone)
+    write_csv(course, assignment, everyone)
     log(f"graded {len(students)} submissions of {assignment} in {time.perf_counter() - started:.0f} s; "
-        f"scores in the gradebook and grades-{assignment}.csv")
+        f"scores in the gradebook, grades-{assignment}.csv and grades-{assignment}-cells.csv")
     return reports
+
+
+def _clear_stages(staging, students):
+    """The staging folders {"repaired", "sanitized", "executed"}, emptied of `students`' files only."""
+    stage = {name: staging / name for name in ("repaired", "sanitized", "executed")}
+    for student in students:
+        for folder in stage.values():
+            shutil.rmtree(folder / student, ignore_errors=True)
+    return stage
 
 
 def _recording_preprocessors():
@@ -257,30 +285,73 @@ def read_report(course, assignment):
             for s, by_nb in json.loads(path.read_text(encoding="utf-8")).items()}
 
 
-def scores(course, assignment):
-    """student -> notebook -> (score, max_score) from the gradebook."""
-    from nbgrader.api import Gradebook, MissingEntry
+@dataclass
+class CellGrade:
+    """One graded cell of one student's notebook, as the gradebook has it."""
+    grade_id: str
+    kind: str                     # "test" (autograded) or "written" (an answer graded by hand)
+    score: float = None           # None: a written answer awaiting manual grading
+    max_score: float = 0.0
+    comment: str = ""             # the grader's comment (or nbgrader's own, "No response." for an untouched answer)
 
-    result = {}
-    with Gradebook(f"sqlite:///{Path(course) / 'gradebook.db'}") as gradebook:
+
+def cell_grades(gradebook, assignment, notebook, student):
+    """grade_id -> CellGrade for one student's notebook ({} when the gradebook has no such submission)."""
+    from nbgrader.api import MissingEntry
+
+    try:
+        submission = gradebook.find_submission_notebook(notebook, assignment, student)
+    except MissingEntry:
+        return {}
+    answers = {c.name for c in [*submission.notebook.solution_cells, *submission.notebook.task_cells]}
+    comments = {c.name: c.comment for c in submission.comments}
+    grades = {}
+    for grade in submission.grades:
+        kind = "test" if grade.cell_type == "code" and grade.name not in answers else "written"
+        pending = grade.needs_manual_grade and grade.manual_score is None
+        grades[grade.name] = CellGrade(grade.name, kind, None if pending else grade.score, grade.max_score,
+                                       comments.get(grade.name) or "")
+    return grades
+
+
+def gradebook_grades(course, assignment, students):
+    """student -> notebook -> {grade_id: CellGrade}, from the gradebook."""
+    with open_gradebook(course) as gradebook:
         notebooks = [nb.name for nb in gradebook.find_assignment(assignment).notebooks]
-        for student in gradebook.students:
-            for notebook in notebooks:
-                try:
-                    submission = gradebook.find_submission_notebook(notebook, assignment, student.id)
-                except MissingEntry:
-                    continue
-                result.setdefault(student.id, {})[notebook] = (submission.score, submission.max_score)
-    return result
+        return {s: {nb: cell_grades(gradebook, assignment, nb, s) for nb in notebooks} for s in students}
 
 
-def write_csv(path, course, assignment, reports):
-    table = scores(course, assignment)
-    with open(path, "w", newline="", encoding="utf-8") as out:
-        writer = csv.writer(out)
-        writer.writerow(["student", "notebook", "score", "max_score", "seconds", "repairs", "broken_cells", "error"])
-        for student in sorted(reports):
-            for notebook, report in sorted(reports[student].items()):
-                score, max_score = table.get(student, {}).get(notebook, (0.0, None))
-                writer.writerow([student, notebook, score, max_score, report.seconds, len(report.repairs),
-                                 len(report.problems), report.error])
+TOTAL_COLUMNS = ["student", "notebook", "score", "max_score", "seconds", "repairs", "broken_cells", "error",
+                 "awaiting_manual"]
+CELL_COLUMNS = ["student", "notebook", "cell", "kind", "score", "max_score", "awaiting_manual"]
+
+
+def _csv_rows(student, report, grades):
+    """The totals row and the cell rows of one student's notebook (grades: {grade_id: CellGrade})."""
+    pending = sum((g.max_score for g in grades.values() if g.score is None), 0.0)
+    score = sum((g.score for g in grades.values() if g.score is not None), 0.0)
+    max_score = sum(g.max_score for g in grades.values()) if grades else None
+    total = [student, report.notebook, score, max_score, report.seconds, len(report.repairs), len(report.problems),
+             report.error, pending]
+    cells = [[student, report.notebook, g.grade_id, g.kind, g.score, g.max_score,
+              g.max_score if g.score is None else 0.0] for g in grades.values()]
+    return total, cells
+
+
+def write_csv(course, assignment, reports):
+    """grades-ASSIGNMENT.csv: a row per student and notebook, the totals (what LMS imports and spreadsheets
+    read: one row each); grades-ASSIGNMENT-cells.csv: a row per student, notebook and graded cell. Written
+    answers not graded yet count in awaiting_manual (their points), not as a 0 in score."""
+    grades = gradebook_grades(course, assignment, reports)
+    totals, cells = [], []
+    for student in sorted(reports):
+        for notebook, report in sorted(reports[student].items()):
+            total, rows = _csv_rows(student, report, grades[student].get(notebook, {}))
+            totals.append(total)
+            cells += rows
+    for name, columns, rows in ((f"grades-{assignment}.csv", TOTAL_COLUMNS, totals),
+                                (f"grades-{assignment}-cells.csv", CELL_COLUMNS, cells)):
+        with open(course / name, "w", newline="", encoding="utf-8") as out:
+            writer = csv.writer(out)
+            writer.writerow(columns)
+            writer.writerows(rows)

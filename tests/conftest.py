@@ -7,9 +7,13 @@ mirror; set MULTI30K_MIRROR yourself to use another. Notebook kernels and nbgrad
 Threads: pytest-xdist already runs one worker per core. A worker whose torch also used every core would
 fight the other workers for them, and torch's spinning threads make that very slow (a 10-second test took
 130 s in the full suite), so each worker, and every kernel it starts, uses one thread.
+
+`refused`: the commands' answer to bad input, one line on stderr, no traceback, exit status 2.
 """
 import os
 from pathlib import Path
+
+import pytest
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
@@ -21,3 +25,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def refused(capsys):
+    """refused(main, argv) runs a command's main(argv) on bad input and returns the one line it printed on
+    stderr, after checking that it refused with exit status 2 and printed no traceback."""
+    def run(main, argv):
+        try:
+            status = main(argv)
+        except SystemExit as exit:
+            status = exit.code
+        printed = capsys.readouterr()
+        assert status == 2, f"exit status {status} for {argv}: {printed.err}"
+        assert "Traceback" not in printed.out + printed.err
+        lines = printed.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), printed.err
+        return lines[0]
+    return run

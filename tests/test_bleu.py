@@ -135,38 +135,3 @@ def test_bleu_report():
     assert "case:lc" in capitalised.signature_lc
     score, signature = sacrebleu_score(["a b"], ["a b"], lowercase=True)
     assert "case:lc" in signature and score.score == pytest.approx(0.0)  # too short for 4-grams: exp smoothing
-
-
-@pytest.mark.skipif(not (REAL_MIRROR / "test.en.gz").exists() and not (REAL_MIRROR / "test_2016_flickr.en.gz").exists(),
-                    reason="no Multi30k mirror")
-def test_evaluate_command_line(tmp_path, capsys):
-    import json
-
-    import torch
-
-    from transformer_course import Transformer
-    from transformer_course.data import SPECIALS, Vocab, load_split, tokenize
-    from transformer_course.evaluate import main
-    from transformer_course.training import save_checkpoint
-
-    german, english = load_split("train", mirror=REAL_MIRROR)
-    src_vocab = Vocab(list(SPECIALS) + sorted({t for s in tokenize(german[:200], "de", True) for t in s}))
-    tgt_vocab = Vocab(list(SPECIALS) + sorted({t for s in tokenize(english[:200], "en", True) for t in s}))
-    kwargs = dict(src_vocab_size=len(src_vocab), tgt_vocab_size=len(tgt_vocab), d_model=16, n_heads=2,
-                  num_encoder_layers=1, num_decoder_layers=1, d_ff=32, pad_idx=0)
-    torch.manual_seed(0)
-    path = save_checkpoint(tmp_path / "tiny.pt", Transformer(**kwargs), src_vocab, tgt_vocab,
-                           {"model": kwargs, "data": {"lowercase": True}})
-    hypotheses, scores = tmp_path / "hyp.txt", tmp_path / "scores.json"
-    report = main([str(path), "--split", "val", "--limit", "4", "--beam", "2", "--max-extra", "5", "--mirror",
-                   str(REAL_MIRROR), "--output", str(hypotheses), "--json", str(scores), "--no-progress",
-                   "--device", "cpu"])
-    printed = capsys.readouterr().out
-    assert "sacreBLEU" in printed and "nrefs:1|case:mixed|eff:no|tok:13a" in printed
-    assert "lowercased tokenised BLEU" in printed and "case:lc" in printed
-    lines = hypotheses.read_text(encoding="utf-8").splitlines()
-    assert len(lines) == 4 and report.n_sentences == 4
-    references = [" ".join(s.split()) for s in load_split("val", mirror=REAL_MIRROR)[1][:4]]
-    assert report.sacrebleu == pytest.approx(sacrebleu.corpus_bleu(lines, [references]).score)
-    saved = json.loads(scores.read_text())
-    assert saved["sacrebleu"] == pytest.approx(report.sacrebleu) and saved["beam"] == 2 and saved["lowercased_model"]

@@ -1,12 +1,15 @@
 """`python -m autograder grade` and `feedback` on a course of hostile students.
 
-A tiny assignment (two exercises, visible and hidden tests) keeps this quick; each student breaks one
-exercise in one way, so every case checks both halves of the promise: zero where the submission broke
-things, full marks for the rest, and a batch that always completes. The last test grades a real
-assignment of the course, to check that the grader agrees with the notebooks' own tests.
+A tiny assignment (two exercises, visible and hidden tests, a written answer) keeps this quick; each student
+breaks one exercise in one way, so every case checks both halves of the promise: zero where the submission
+broke things, full marks for the rest, and a batch that always completes. The course keeps its gradebook
+where its nbgrader_config.py says (not the default gradebook.db), grades one student in a second run
+(`--student`), and has one written answer graded by hand. The last test grades a real assignment of the
+course, to check that the grader agrees with the notebooks' own tests.
 """
 import copy
 import csv
+import html
 import shutil
 import subprocess
 import sys
@@ -24,6 +27,7 @@ pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bw
               pytest.mark.xdist_group("grader")]
 
 ASSIGNMENT = "ps1"
+DATABASE = "other.db"   # the course's gradebook, set in its nbgrader_config.py
 HIDDEN_LINE = 'assert torch.allclose(add(torch.ones(2), torch.ones(2)), 2 * torch.ones(2)), "add is wrong for tensors"'
 
 
@@ -36,6 +40,7 @@ def graded(cell, grade_id, *, solution=False, grade=False, points=0):
 def source_notebook():
     return new_notebook(cells=[
         new_markdown_cell("# Problem set 1\nAdd and multiply."),
+        graded(new_markdown_cell("Answer the question at the end in words."), "instructions"),
         graded(new_code_cell("import torch"), "imports"),
         graded(new_code_cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION"),
                "add", solution=True),
@@ -47,6 +52,9 @@ def source_notebook():
                              "assert isinstance(mul(2, 3), int), \"mul of two ints should be an int\"\n"
                              "assert not torch.allclose(torch.zeros(1), torch.ones(1))\n### END HIDDEN TESTS"),
                "test_mul", grade=True, points=1),
+        graded(new_markdown_cell("Why does `add` work on tensors too?\n\n### BEGIN SOLUTION\n`+` calls `__add__`, "
+                                 "which tensors define.\n### END SOLUTION"), "why_add", solution=True, grade=True,
+               points=2),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 
 
@@ -79,10 +87,17 @@ HOSTILE_ADD = {
 }
 
 
-def answer(release, add_source, mul_source=CORRECT_MUL):
+WRITTEN = "Tensors define `__add__`, so `+` adds them element by element."
+ANSWERED = {"good", "colab"}     # the students who answer the written question; the others leave it as released
+MANUAL = {"good": (1.5, "Right, but name the method: `__add__`.")}   # graded by hand before the feedback
+
+
+def answer(release, add_source, mul_source=CORRECT_MUL, written=None):
     notebook = copy.deepcopy(release)
     cells = nbgrader_cells(notebook)
     cells["add"].source, cells["mul"].source = add_source, mul_source
+    if written is not None:
+        cells["why_add"].source = written
     return notebook
 
 
@@ -95,17 +110,38 @@ def colab(notebook):
     return notebook
 
 
+def grade(root, *students):
+    result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--workers", "2",
+                             "--cell-timeout", "8", "--memory", "3072", "--output", "20000",
+                             *(f"--student={s}" for s in students)],
+                            cwd=root, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"the grader failed:\n{result.stdout}\n{result.stderr}"
+
+
+def grade_by_hand(root, marks):
+    """What a grader does in the formgrader: a score and a comment for the written answer."""
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / DATABASE}") as gradebook:
+        for student, (score, comment) in marks.items():
+            grade = gradebook.find_grade("why_add", ASSIGNMENT, ASSIGNMENT, student)
+            grade.manual_score, grade.needs_manual_grade = score, False
+            gradebook.find_comment("why_add", ASSIGNMENT, ASSIGNMENT, student).manual_comment = comment
+        gradebook.db.commit()
+
+
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
-    shutil.copy(CONFIG, root / "nbgrader_config.py")
+    config = CONFIG.read_text() + f'\nc.CourseDirectory.db_url = "sqlite:///{root / DATABASE}"\n'
+    (root / "nbgrader_config.py").write_text(config)
     (root / "source" / ASSIGNMENT).mkdir(parents=True)
     nbformat.write(source_notebook(), root / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
     subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--log-level=ERROR"],
                    cwd=root, check=True, capture_output=True)
     release = nbformat.read(root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
-    submissions = {s: answer(release, src.format(course=root, repo=ROOT)) for s, src in HOSTILE_ADD.items()}
-    submissions["colab"] = colab(answer(release, CORRECT_ADD))
+    submissions = {s: answer(release, src.format(course=root, repo=ROOT), written=WRITTEN if s in ANSWERED else None)
+                   for s, src in HOSTILE_ADD.items()}
+    submissions["colab"] = colab(answer(release, CORRECT_ADD, written=WRITTEN))
     submissions["stranger"] = nbformat.read(ROOT / "notebooks" / "01_positional_encoding" / "01_positional_encoding.ipynb",
                                             as_version=4)
     for student, notebook in submissions.items():
@@ -113,10 +149,9 @@ def course(tmp_path_factory):
         folder.mkdir(parents=True)
         nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
         (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
-    result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--workers", "2",
-                             "--cell-timeout", "8", "--memory", "3072", "--output", "20000"],
-                            cwd=root, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"the grader failed:\n{result.stdout}\n{result.stderr}"
+    grade(root, *(s for s in submissions if s != "good"))
+    grade(root, "good")     # a second run for one student: the others' rows, reports and files stay
+    grade_by_hand(root, MANUAL)
     feedback = subprocess.run([sys.executable, "-m", "autograder", "feedback", ASSIGNMENT],
                               cwd=root, capture_output=True, text=True, timeout=300)
     assert feedback.returncode == 0, f"feedback failed:\n{feedback.stdout}\n{feedback.stderr}"
@@ -124,10 +159,15 @@ def course(tmp_path_factory):
 
 
 def cell_scores(course, student):
+    """grade_id -> score of the autograded test cells."""
     from nbgrader.api import Gradebook
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+    with Gradebook(f"sqlite:///{course / DATABASE}") as gradebook:
         submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
-        return {g.name: g.score for g in submission.grades}
+        return {g.name: g.score for g in submission.grades if g.cell_type == "code"}
+
+
+def test_the_gradebook_is_where_the_course_configuration_puts_it(course):
+    assert (course / DATABASE).exists() and not (course / "gradebook.db").exists()
 
 
 def test_a_correct_submission_gets_full_marks(course):
@@ -179,8 +219,38 @@ def test_an_unmatchable_notebook_is_an_error_for_that_student_only(course):
 
 
 def test_the_csv_has_every_student(course):
+    """Also after the second run, which graded only "good": the first run's rows are kept."""
     rows = list(csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv")))
     assert sorted(r["student"] for r in rows) == sorted([*HOSTILE_ADD, "colab", "stranger"])
+
+
+def test_the_cells_csv_has_a_row_per_graded_cell_and_counts_written_answers_apart(course):
+    cells = {(r["student"], r["cell"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}-cells.csv"))}
+    assert {cell for student, cell in cells if student == "good"} == {"test_add", "test_mul", "why_add"}
+    assert {student for student, _ in cells} == {*HOSTILE_ADD, "colab"} - {"stranger"}
+    assert cells["patcher", "test_add"]["kind"] == "test" and float(cells["patcher", "test_add"]["score"]) == 0
+    written = cells["colab", "why_add"]     # answered, not graded yet: no score, its points awaiting
+    assert written["kind"] == "written" and written["score"] == "" and float(written["awaiting_manual"]) == 2
+    untouched = cells["looper", "why_add"]  # left as released: nbgrader gives it 0 ("No response.")
+    assert float(untouched["score"]) == 0 and float(untouched["awaiting_manual"]) == 0
+    totals = {r["student"]: r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
+    assert float(totals["colab"]["score"]) == 2 and float(totals["colab"]["max_score"]) == 4
+    assert float(totals["colab"]["awaiting_manual"]) == 2 and float(totals["looper"]["awaiting_manual"]) == 0
+
+
+def page_of(course, student):
+    return (course / "feedback" / student / ASSIGNMENT / f"{ASSIGNMENT}.html").read_text()
+
+
+def test_feedback_shows_written_answers_awaiting_grading_then_the_graders_score_and_comment(course):
+    colab = page_of(course, "colab")
+    assert "awaiting manual grading" in colab and "– / 2" in colab and "0 / 2" not in colab
+    assert "2 / 4</b>, with 2 points of written answers still to be graded by hand" in colab
+    good = page_of(course, "good")
+    assert "1.5 / 2" in good and html.escape(MANUAL["good"][1]) in good and "3.5 / 4" in good
+    assert "awaiting" not in good and "graded by hand" not in good
+    looper = page_of(course, "looper")
+    assert "No response." in looper and "awaiting" not in looper
 
 
 def test_feedback_shows_messages_but_never_test_code(course):
@@ -190,7 +260,7 @@ def test_feedback_shows_messages_but_never_test_code(course):
         assert "torch.ones(2), torch.ones(2)" not in page, f"{student}'s feedback shows the hidden test's code"
         assert "BEGIN HIDDEN TESTS" not in page, f"{student}'s feedback shows the hidden test's code"
     assert "add is wrong for tensors" in pages["patcher"], "the failing hidden test's message is missing"
-    assert "2 / 2" in pages["good"]
+    assert "3.5 / 4" in pages["good"]
 
 
 def test_the_course_assignments_grade_like_nbgrader(tmp_path):

@@ -146,3 +146,17 @@ def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path):
     assert "python -m transformer_course.reproduce" in (out / "results.md").read_text()
     assert load_checkpoint(out / "averaged.pt")["averaged"] == ["epoch2.pt", "epoch3.pt"]
     assert len((out / "test_translations.txt").read_text().splitlines()) == 10
+
+
+@pytest.mark.parametrize("options, expected", [
+    (["--mirror", "{tmp}/no-mirror"], "the Multi30k mirror {tmp}/no-mirror is not a folder"),
+    (["--config", "{tmp}/none.json"], "--config {tmp}/none.json: No such file or directory"),
+    (["--config", "{tmp}/broken.json"], "{tmp}/broken.json is not a JSON configuration"),
+    (["--device", "warp"], "unknown device 'warp'"),
+])
+def test_reproduce_names_bad_input_in_one_line(tmp_path, refused, options, expected):
+    from transformer_course.reproduce import main
+
+    (tmp_path / "broken.json").write_text("{model: 1")
+    argv = ["--out", str(tmp_path / "run"), "--no-progress", *(o.format(tmp=tmp_path) for o in options)]
+    assert expected.format(tmp=tmp_path) in refused(main, argv)

@@ -290,6 +290,9 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--max-steps", str(stop_at)) == 0
     interrupted = json.loads((tmp_path / "resumed" / "log.json").read_text())
     assert not interrupted["finished"] and interrupted["steps"][-1]["step"] == stop_at and not interrupted["epochs"]
+    capsys.readouterr()
+    assert run_cli(tmp_path, "resumed", "--epochs", "2", "--max-steps", str(stop_at), "--resume") == 0
+    assert f"the run already reached max_steps={stop_at}, nothing to resume" in capsys.readouterr().out
     assert run_cli(tmp_path, "resumed", "--epochs", "2") == 2, "an existing run is not overwritten without --resume"
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume", "--d-model", "64") == 2, "other settings: refused"
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume") == 0
@@ -301,6 +304,25 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
     torch.testing.assert_close(flat_params(load_checkpoint(tmp_path / "resumed" / "last.pt")["model"]),
                                flat_params(load_checkpoint(whole / "last.pt")["model"]))
 
-    # a finished run goes on for more epochs with --resume
+    # --resume on a finished run says so and trains nothing; with more epochs it goes on
+    before = (whole / "last.pt").stat().st_mtime_ns
+    capsys.readouterr()
+    assert run_cli(tmp_path, "whole", "--epochs", "2", "--resume") == 0
+    assert f"{whole}: the run already finished its 2 epochs, nothing to resume; to train longer, resume with more " \
+           "epochs (train.epochs > 2: --epochs N)" in capsys.readouterr().out
+    assert (whole / "last.pt").stat().st_mtime_ns == before
     assert run_cli(tmp_path, "whole", "--epochs", "3", "--resume") == 0
     assert [e["epoch"] for e in json.loads((whole / "log.json").read_text())["epochs"]] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("options, expected", [
+    (["--mirror", "{tmp}/no-mirror"], "the Multi30k mirror {tmp}/no-mirror is not a folder"),
+    (["--device", "warp"], "unknown device 'warp'"),
+    (["--resume"], "{tmp}/run/last.pt is not a checkpoint: it is a text file"),
+])
+def test_cli_names_bad_input_in_one_line(tmp_path, refused, options, expected):
+    (tmp_path / "run").mkdir()
+    if "--resume" in options:
+        (tmp_path / "run" / "last.pt").write_text("not a checkpoint\n")
+    argv = [*TINY, "--out", str(tmp_path / "run"), *(o.format(tmp=tmp_path) for o in options)]
+    assert expected.format(tmp=tmp_path) in refused(main, argv)

@@ -134,6 +134,10 @@ def fetch(name, *, cache_dir=None, mirror=None, base_url=BASE_URL, checksums=Non
 
 
 def _verified_mirror_file(path, expected) -> Path:
+    if not path.parent.is_dir():
+        raise MissingFileError(
+            f"the Multi30k mirror {path.parent} is not a folder: point --mirror (or MULTI30K_MIRROR) at the folder "
+            f"that holds the official Multi30k files {sorted(SHA256SUMS)}, or set neither to download them.")
     if not path.is_file():
         raise MissingFileError(
             f"{path} is missing: the mirror folder {path.parent} must hold the official Multi30k files "
@@ -209,10 +213,15 @@ def read_sentences(path) -> list:
     except UnicodeDecodeError as err:
         raise UnreadableFileError(f"{path} is not UTF-8 text (byte {err.start}: {err.reason}): "
                                   f"replace it with the official file") from err
-    # split("\n"), not splitlines(): splitlines also breaks at characters such as U+2028 inside a sentence.
+    return split_lines(text)
+
+
+def split_lines(text) -> list:
+    """The lines of `text` without their newline. Split at "\\n" only: splitlines() also breaks at characters
+    such as U+2028 inside a sentence. A final newline ends the last line; it does not start an empty one."""
     lines = text.split("\n")
     if lines[-1] == "":
-        lines.pop()  # the final newline ends the last sentence; it does not start an empty one
+        lines.pop()
     return lines
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from .data import Multi30kError
 from .evaluate import evaluate
 from .train import add_run_options
 from .training import RECIPE_FILE, choose_device, load_checkpoint, load_config, train
@@ -34,6 +35,14 @@ def parser():
                                            "the figures are then not comparable with anything)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")
     return p
+
+
+def read_config(path):
+    """load_config(path), with a missing or unreadable file as a ValueError that names the option."""
+    try:
+        return load_config(path)
+    except OSError as error:
+        raise ValueError(f"--config {path}: {error.strerror or error}") from None
 
 
 def alphas(config):
@@ -67,15 +76,15 @@ def main(argv=None):
     args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = load_config(args.config)
     out = Path(args.out)
     fetch_options = {key: value for key, value in (("mirror", args.mirror), ("cache_dir", args.cache_dir))
                      if value is not None}
     started = time.perf_counter()
     try:
+        config = read_config(args.config)
         log = train(config, out, resume=args.resume, device=args.device, mirror=args.mirror,
                     cache_dir=args.cache_dir, progress=args.progress)
-    except (FileExistsError, ValueError) as error:
+    except (FileExistsError, ValueError, Multi30kError) as error:   # a bad setting, device, mirror or last.pt
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not log["finished"]:

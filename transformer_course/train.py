@@ -14,6 +14,7 @@ import sys
 
 import torch
 
+from .data import Multi30kError
 from .training import CONFIGS, SCHEDULES, load_checkpoint, make_config, train  # noqa: F401  (load_checkpoint: see above)
 
 # option -> (section, key, type)
@@ -91,7 +92,7 @@ def main(argv=None):
         log = train(config, args.out, resume=args.resume, device=args.device, amp=args.amp, mirror=args.mirror,
                     cache_dir=args.cache_dir, save_every_steps=args.save_every_steps,
                     save_every_seconds=args.save_every_seconds, progress=args.progress)
-    except (FileExistsError, ValueError) as error:
+    except (FileExistsError, ValueError, Multi30kError) as error:   # a bad setting, device, mirror or last.pt
         print(f"error: {error}", file=sys.stderr)
         return 2
     best = log["best"]

@@ -16,6 +16,7 @@ import copy
 import json
 import math
 import os
+import pickle
 import platform
 import signal
 import tempfile
@@ -38,7 +39,7 @@ from .subword import SubwordTokenizer
 
 __all__ = [
     "label_smoothing_loss", "noam_lr", "lr_scheduler", "train_step", "evaluate",
-    "save_checkpoint", "load_checkpoint", "choose_device",
+    "save_checkpoint", "load_checkpoint", "read_checkpoint", "CheckpointError", "choose_device",
     "CONFIGS", "RECIPE_FILE", "make_config", "load_config", "TrainingData", "load_multi30k", "batches_of",
     "average_checkpoints", "train",
 ]
@@ -185,15 +186,66 @@ def save_checkpoint(path, model, src_vocab, tgt_vocab, config, **extra):
     return path
 
 
+class CheckpointError(ValueError):
+    """The file is not a checkpoint of this course: missing, a folder, not written by torch.save, or weights
+    without the model's settings and vocabularies. The message names the file and says what was expected."""
+
+
+CHECKPOINT_ENTRIES = ("model", "src_vocab", "tgt_vocab", "config")
+_WRITTEN_BY = "a checkpoint written by python -m transformer_course.train or save_checkpoint (OUT/best.pt, OUT/last.pt)"
+
+
+def read_checkpoint(path, map_location="cpu"):
+    """The dict that the checkpoint file `path` holds (torch.load, weights only), checked to be one that
+    `save_checkpoint` wrote: CheckpointError otherwise."""
+    path = Path(path)
+    if path.is_dir():
+        inside = ", ".join(sorted(p.name for p in path.glob("*.pt")))
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file: name "
+                              + (f"one of the checkpoints in it ({inside})" if inside else _WRITTEN_BY))
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} does not exist: name {_WRITTEN_BY}") from None
+    except OSError as error:
+        raise CheckpointError(f"{path} cannot be read ({error.strerror or error})") from None
+    except Exception as error:   # torch.load fails in many ways (KeyError, EOFError, ...) on what it did not write
+        raise CheckpointError(f"{path} is not a checkpoint: {_unreadable(path, error)}; name {_WRITTEN_BY}") from None
+    if isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} holds model weights only (a state_dict), without the model's settings and "
+                              f"vocabularies: name {_WRITTEN_BY}, which holds all three")
+    missing = [key for key in CHECKPOINT_ENTRIES if not isinstance(state, dict) or key not in state]
+    if missing:
+        raise CheckpointError(f"{path} is not a checkpoint of this course: it lacks {missing}; name {_WRITTEN_BY}")
+    return state
+
+
+def _unreadable(path, error):
+    """Why torch.load could not read `path`, in words."""
+    head = path.read_bytes()[:4096]
+    if isinstance(error, pickle.UnpicklingError) and head.startswith(b"PK"):
+        return "it holds Python objects besides weights and plain values (a model saved whole with torch.save(model)?)"
+    if not head:
+        return "it is empty"
+    if b"\0" in head:
+        return "torch.load cannot read it (not a file written by torch.save, or a damaged one)"
+    best = path.parent / "best.pt"
+    return "it is a text file" + (f" (the run's checkpoint is {best})" if best.exists() and best != path else "")
+
+
 def load_checkpoint(path, map_location="cpu"):
     """A checkpoint written by `save_checkpoint`, as a dict: "model" (a Transformer rebuilt from the config,
     weights loaded, in eval mode), "src_vocab" and "tgt_vocab" (Vocab), "config" (a plain dict) and the
-    extra entries it was saved with ("subword", when there is one, as a SubwordTokenizer)."""
-    state = torch.load(path, map_location=map_location, weights_only=True)
+    extra entries it was saved with ("subword", when there is one, as a SubwordTokenizer). A file that is
+    not such a checkpoint raises CheckpointError, which says so."""
+    state = read_checkpoint(path, map_location)
     state.pop("format", None)
-    config = state["config"]
-    model = Transformer(**config["model"])
-    model.load_state_dict(state["model"])
+    try:
+        model = Transformer(**state["config"]["model"])
+        model.load_state_dict(state["model"])
+    except (TypeError, KeyError, RuntimeError) as error:
+        raise CheckpointError(f"{path}: the weights do not fit the model that its config describes "
+                              f"({str(error).strip().splitlines()[0]})") from None
     if isinstance(map_location, (str, torch.device)):
         model.to(map_location)
     state.update(model=model.eval(), src_vocab=Vocab(state["src_vocab"]), tgt_vocab=Vocab(state["tgt_vocab"]))
@@ -210,7 +262,7 @@ def average_checkpoints(paths, out_path):
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint")
-    states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+    states = [read_checkpoint(p) for p in paths]
     weights = [state["model"] for state in states]
     if any(w.keys() != weights[0].keys() for w in weights):
         raise ValueError(f"the checkpoints {[str(p) for p in paths]} do not hold the same model")
@@ -270,7 +322,10 @@ RECIPE_FILE = Path(__file__).parent / "recipes" / "multi30k_de_en.json"
 def load_config(path):
     """A configuration file (JSON with "model", "data" and "train" sections, optionally "evaluate") as a dict;
     the sections missing from it, and the keys missing from them, come from CONFIGS["full"]."""
-    stored = json.loads(Path(path).read_text(encoding="utf-8"))
+    try:
+        stored = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not a JSON configuration ({error})") from None
     unknown = sorted(set(stored) - set(SECTIONS) - {"about", "mode"})
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; a configuration has {list(SECTIONS)}")
@@ -303,9 +358,19 @@ def make_config(mode="quick", **overrides):
 
 
 def choose_device(device="auto"):
-    """"auto": the GPU when there is one (CUDA, else Apple's MPS), else the CPU."""
-    if device != "auto":
-        return torch.device(device)
+    """"auto": the GPU when there is one (CUDA, else Apple's MPS), else the CPU. Any other name is checked:
+    ValueError for one PyTorch does not know or this machine does not have."""
+    if device not in (None, "auto"):
+        try:
+            chosen = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"unknown device {device!r}: use auto, cpu, cuda, cuda:N or mps") from None
+        mps = getattr(torch.backends, "mps", None)
+        if (chosen.type == "cuda" and not torch.cuda.is_available()) or \
+                (chosen.type == "mps" and not (mps is not None and mps.is_available())):
+            raise ValueError(f"device {device!r} is not available on this machine: use cpu, or auto (a GPU if "
+                             "there is one)")
+        return chosen
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
@@ -456,6 +521,22 @@ def _check_resumable(stored, config):
                          "of epochs or the step limit may change), or start a new run in another folder.")
 
 
+def _nothing_to_resume(out_dir, stored, config):
+    """Why resuming the run in last.pt (`stored`) with `config` would train nothing, or None."""
+    log, position, tc = json.loads(stored["log"]), stored["position"], config["train"]
+    if log.get("finished") and position["epoch"] >= tc["epochs"]:
+        done = f"finished its {position['epoch']} epochs"
+        how = f"more epochs (train.epochs > {position['epoch']}: --epochs N)"
+    elif tc.get("max_steps") is not None and position["step"] >= tc["max_steps"]:
+        done = f"reached max_steps={tc['max_steps']}"
+        how = f"a higher step limit (train.max_steps > {position['step']}: --max-steps N)"
+    else:
+        return None
+    how = f"resume with {how}" if tc.get("schedule", "noam") == "noam" else \
+        "start a new run in another folder (the linear schedule has decayed to 0)"
+    return f"{out_dir}: the run already {done}, nothing to resume; to train longer, {how}"
+
+
 def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None, cache_dir=None,
           save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print):
     """Train a Transformer on Multi30k German→English as `config` says (see CONFIGS / make_config).
@@ -473,6 +554,12 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     if last_path.exists() and not resume:
         raise FileExistsError(f"{out_dir} already holds a run (last.pt): resume it (resume=True / --resume) "
                               "or choose another output folder")
+    if resume and last_path.exists():
+        stored = read_checkpoint(last_path)
+        done = _nothing_to_resume(out_dir, stored, config)
+        if done is not None:
+            print_fn(done)
+            return json.loads(stored["log"])
     config = copy.deepcopy(config)
     tc = config["train"]
     device = choose_device(device)
@@ -512,7 +599,7 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     position = {"epoch": 0, "batch": 0, "step": 0, "epoch_loss": 0.0, "epoch_tokens": 0}
     elapsed_before = 0.0
     if resume and last_path.exists():
-        state = torch.load(last_path, map_location=device, weights_only=True)
+        state = read_checkpoint(last_path, map_location=device)
         _check_resumable(state["config"], config)
         if state["src_vocab"] != data.src_vocab.itos or state["tgt_vocab"] != data.tgt_vocab.itos:
             raise ValueError("cannot resume: the vocabularies built from the data differ from those in last.pt")
