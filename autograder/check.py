@@ -8,12 +8,9 @@ grader will refuse (the course's finished versions), what the grader would repai
 too long. The exit status is non-zero when something will cost points. The hidden tests are not in a
 student's notebook: passing the visible tests is necessary, not sufficient.
 
-From a notebook, its last cell calls ``check_this_notebook()``: on Colab the notebook comes from the Colab
-runtime, in Jupyter from its saved file.
+From a notebook, its last cell calls ``transformer_course.handin.check_this_notebook()``, which runs this
+command on the notebook (on Colab taken from the Colab runtime, in Jupyter its saved file).
 """
-import json
-import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -22,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import exercise_of, grade_id, is_answer, is_locked, is_solution, is_test
+from .cells import exercise_of, grade_id, is_answer, is_locked, is_test
 from .execute import execute_notebook
 from .repair import RepairError, repair_notebook
 from .sandbox import REPOSITORY, Limits, sandbox_available
@@ -158,39 +155,3 @@ def main(notebook_path, release_path=None, cell_timeout=None):
     report = check_notebook(notebook, release, limits)
     print(render(report))
     return 0 if report.ok else 1
-
-
-# ----------------------------------------------------------------------------- from the notebook itself
-
-def check_this_notebook():
-    """The last cell of every notebook: check this notebook as the grader will get it."""
-    # COURSE_GRADING: set by this package's grader and check; NBGRADER_EXECUTION: by nbgrader's.
-    if os.environ.get("COURSE_GRADING") == "1" or os.environ.get("NBGRADER_EXECUTION"):
-        print("(the check does not run while the notebook is being graded or checked)")
-        return
-    notebook, name = _colab_notebook(), None
-    if notebook is None:
-        name = os.environ.get("JPY_SESSION_NAME") or os.environ.get("__vsc_ipynb_file__")
-        if not name or not Path(name).is_file():
-            print("Cannot find this notebook's file. Save it, then run in a terminal:\n"
-                  "    python -m autograder check PATH/TO/NOTEBOOK.ipynb")
-            return
-        print(f"Checking {name} as last saved (save first to check your latest changes).")
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / (Path(name).name if name else "notebook.ipynb")
-        path.write_text(json.dumps(notebook) if notebook is not None else Path(name).read_text(encoding="utf-8"),
-                        encoding="utf-8")
-        # Line by line into the cell: a child's output would otherwise go to the kernel's terminal.
-        with subprocess.Popen([sys.executable, "-m", "autograder", "check", str(path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) as child:
-            for line in child.stdout:
-                print(line, end="")
-
-
-def _colab_notebook():
-    """The notebook as the Colab runtime holds it, or None outside Colab."""
-    try:
-        from google.colab import _message
-    except ImportError:
-        return None
-    return _message.blocking_request("get_ipynb", timeout_sec=60)["ipynb"]

@@ -28,12 +28,13 @@ SWAPPED_BY_KERNEL = ("input", "exit", "quit", "get_ipython")
 # Imported before the capture too, not watched: torch._dynamo, loaded by the first optimizer step, replaces
 # torch.manual_seed with a wrapped version of its own.
 PRELOADED = ("torch._dynamo",)
-# Event callbacks a library registers while a cell runs (matplotlib's inline backend flushes figures after
-# each cell); any other callback added after the capture is taken off.
-LIBRARY_CALLBACKS = ("matplotlib_inline.backend_inline",)
+# Event callbacks a library registers while a cell runs (matplotlib draws or flushes figures after each
+# cell); any other callback added after the capture is taken off.
+LIBRARY_CALLBACKS = ("matplotlib.pyplot", "matplotlib_inline.backend_inline")
 # The shell's lists of code transformers: each can rewrite a test cell before it runs.
 TRANSFORMER_LISTS = ("ast_transformers", "input_transformers_post")
 MISSING = object()
+TOOLS = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type)
 
 
 def _import_originals():
@@ -213,7 +214,7 @@ def _hook_checks(shell, setattr_, isinstance_, torch):
             for callback in list(found):
                 if not any(same_callable(callback, a) for a in allowed):
                     found.remove(callback)
-                    restored.append(f"a callback of the shell's {event} event")
+                    restored.append(f"shell.events.callbacks['{event}']:{getattr(callback, '__qualname__', '?')}")
         for what, length, mode_at, pop, benign in modes:
             while length() and not isinstance_(mode_at(length() - 1), benign or ()):
                 pop()
@@ -259,9 +260,10 @@ def install(modules):
         for name, value in hidden.items():
             user_ns.setdefault(name, value)
         hidden.clear()
-        if protect:  # the cell just run is a locked set-up cell: what it defined is the notebook's
-            protected.update({k: v for k, v in user_ns.items()
-                              if not k.startswith("_") and seen[0].get(k, MISSING) is not v})
+        if protect:  # the cell just run is a locked set-up cell: the modules, functions and classes it
+            # defined are the notebook's (its other values, loop variables say, later cells may reuse)
+            protected.update({k: v for k, v in user_ns.items() if not k.startswith("_") and isinstance_(v, TOOLS)
+                              and seen[0].get(k, MISSING) is not v})
             names.originals = list(protected.items())
         restore_all()
         check_hooks(restored)
