@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from .release import generate_releases
+from .sandbox import Limits
 from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
 
 
@@ -33,13 +34,13 @@ def build_parser():
     grade.add_argument("--student", action="append", dest="students", help="grade only this student (repeatable)")
     grade.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                        help="submissions executed at once (default: one per core, %(default)s)")
-    grade.add_argument("--cell-timeout", type=float, default=120, help="seconds per cell (default: %(default)s)")
-    grade.add_argument("--notebook-timeout", type=float, default=1200,
+    grade.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout, help="seconds per cell (default: %(default)s)")
+    grade.add_argument("--notebook-timeout", type=float, default=Limits.total_timeout,
                        help="seconds per notebook, all cells together (default: %(default)s)")
-    grade.add_argument("--memory", type=int, default=4096, help="MB of memory per submission (default: %(default)s)")
-    grade.add_argument("--processes", type=int, default=64,
+    grade.add_argument("--memory", type=int, default=Limits.memory_mb, help="MB of memory per submission (default: %(default)s)")
+    grade.add_argument("--processes", type=int, default=Limits.processes,
                        help="processes and threads per submission (default: %(default)s)")
-    grade.add_argument("--output", type=int, default=200_000,
+    grade.add_argument("--output", type=int, default=Limits.output_bytes,
                        help="bytes of output kept per cell; more stops the cell (default: %(default)s)")
     grade.add_argument("--full-training", action="store_true",
                        help="run the training demos at full length (default: COURSE_SMOKE=1, a few steps)")
@@ -82,7 +83,6 @@ def main(argv=None):
             print(f"released {args.notebooks / name}")
     elif args.command == "grade":
         from .grade import GradingError, grade_assignment
-        from .sandbox import Limits
 
         limits = Limits(cell_timeout=args.cell_timeout, total_timeout=args.notebook_timeout, memory_mb=args.memory,
                         processes=args.processes, output_bytes=args.output)
