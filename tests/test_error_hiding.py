@@ -1,7 +1,8 @@
 """Submissions that change how the kernel reports errors gain nothing from the sandboxed executor.
 
 Each trick below is public knowledge for nbgrader: it rides along with a wrong answer, whose test must
-still fail, while the notebook's correct answer keeps its point. The executor puts back what student code
+still fail, while the correct answer after it keeps its point. All the tricks run in one notebook, one
+after the other, as one submission could hold them. The executor puts back what student code
 can change in the kernel before every graded test cell, reads the kernel's own verdict (the reply's status)
 besides the outputs, and fails a test cell during which something had to be put back.
 """
@@ -144,30 +145,47 @@ def graded(source, grade_id, *, test):
     return cell
 
 
-def notebook(add_source, test_add=TEST_ADD):
+def one_exercise(name, answer, test):
+    """An answer cell and its test cell, the functions renamed to ``name``."""
+    return [graded(answer.replace("add", name), name, test=False),
+            graded(test.replace("add", name), f"test_{name}", test=True)]
+
+
+def notebook(tricks):
+    """The set-up, then for each trick a wrong answer riding with it and its test, followed by a correct
+    answer and its test: every trick must fail its own test and leave the next, correct one alone."""
     setup = new_code_cell(SETUP)
     setup.metadata["nbgrader"] = {"grade_id": "setup", "grade": False, "solution": False, "locked": True,
                                   "schema_version": 3}
-    return new_notebook(cells=[setup, graded(add_source, "add", test=False), graded(test_add, "test_add", test=True),
-                               graded(CORRECT_MUL, "mul", test=False), graded(TEST_MUL, "test_mul", test=True)])
+    cells = [setup]
+    for i, (trick, test) in enumerate(tricks):
+        cells += one_exercise(f"add{i}", WRONG_ADD + trick, test)
+        cells += one_exercise(f"mul{i}", CORRECT_MUL.replace("mul", "add"), TEST_MUL.replace("mul", "add"))
+    return new_notebook(cells=cells)
 
 
 def errors(cell):
     return [f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error"]
 
 
+@pytest.fixture(scope="module")
+def graded_tricks(tmp_path_factory):
+    """trick -> (its answer cell, its test cell, the next correct answer's test cell), all in one kernel."""
+    executed, _ = execute_notebook(notebook(TRICKS.values()), tmp_path_factory.mktemp("tricks"), LIMITS)
+    cells = executed.cells[1:]
+    return {trick: (cells[4 * i], cells[4 * i + 1], cells[4 * i + 3]) for i, trick in enumerate(TRICKS)}
+
+
 def test_the_wrong_answer_fails_without_tricks(tmp_path):
-    executed, _ = execute_notebook(notebook(WRONG_ADD), tmp_path, LIMITS)
-    assert errors(executed.cells[2]) and errors(executed.cells[4]) == []
-    assert "add(1, 2) should be 3" in errors(executed.cells[2])[0]
+    executed, _ = execute_notebook(notebook([("", TEST_ADD)]), tmp_path, LIMITS)
+    _, _, failing, _, passing = executed.cells
+    assert "add0(1, 2) should be 3" in " ".join(errors(failing)) and errors(passing) == []
 
 
 @pytest.mark.parametrize("trick", TRICKS)
-def test_a_trick_gains_nothing(trick, tmp_path):
-    trick_source, test_add = TRICKS[trick]
-    executed, problems = execute_notebook(notebook(WRONG_ADD + trick_source, test_add), tmp_path, LIMITS)
-    setup, answer, test_add, _, test_mul = executed.cells
-    assert errors(setup) == [] and errors(answer) == [], f"the trick itself failed: {errors(answer)}"
-    assert errors(test_add), f"{trick}: the wrong add passed its test"
-    assert errors(test_mul) == [], f"{trick}: the correct mul lost its point: {errors(test_mul)}"
-    assert "mul tested" in "".join(o.get("text", "") for o in test_mul.outputs), "the mul test did not run"
+def test_a_trick_gains_nothing(trick, graded_tricks):
+    answer, test, next_test = graded_tricks[trick]
+    assert errors(answer) == [], f"the trick itself failed: {errors(answer)}"
+    assert errors(test), f"{trick}: the wrong answer passed its test"
+    assert errors(next_test) == [], f"{trick}: the next, correct answer lost its point: {errors(next_test)}"
+    assert "tested" in "".join(o.get("text", "") for o in next_test.outputs), "the next test did not run"
