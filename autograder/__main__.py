@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .release import generate_releases
+from .release import release_course
 from .sandbox import Limits
 from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
 
@@ -21,8 +21,9 @@ def build_parser():
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
-    release = commands.add_parser("release", help="regenerate the student releases from the solutions "
-                                                  "with nbgrader generate_assignment")
+    release = commands.add_parser("release", help="write the course's install line (pyproject.toml) into the solutions "
+                                                  "and the README, and regenerate the student releases from the "
+                                                  "solutions with nbgrader generate_assignment")
     release.add_argument("assignments", nargs="*", help="assignment ids (default: every folder of solutions/)")
     release.add_argument("--solutions", type=Path, default=Path("solutions"), help="instructor sources (default: %(default)s)")
     release.add_argument("--notebooks", type=Path, default=Path("notebooks"), help="where the releases go (default: %(default)s)")
@@ -79,7 +80,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "release":
-        for name in generate_releases(args.solutions, args.notebooks, args.assignments):
+        for name in release_course(args.solutions, args.notebooks, args.assignments):
             print(f"released {args.notebooks / name}")
     elif args.command == "grade":
         from .grade import GradingError, grade_assignment

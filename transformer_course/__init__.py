@@ -3,6 +3,13 @@
 Each notebook implements one part of the Transformer; the later notebooks import the finished
 version of every earlier part from here, so a mistake in one notebook never breaks the next.
 """
+from importlib import metadata as _metadata
+
+try:  # the course's version is the package's, set once, in pyproject.toml
+    __version__ = _metadata.version("transformer-course")
+except _metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "unknown"
+
 from .embeddings import PositionalEncoding, TokenEmbedding, positional_encoding
 from .attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
 from .masks import causal_mask, padding_mask, target_mask

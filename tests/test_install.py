@@ -1,0 +1,127 @@
+"""Students install one pinned version of the course: the one pyproject.toml names.
+
+Every notebook's install cell, its metadata and the README's install line and Colab badges follow the
+course's setting (``python -m autograder release`` writes them). The slow test does what a student on Colab
+does: in a fresh environment with only torch, it runs a notebook's install cell (against the repository's
+wheel instead of the pinned package) and the set-up cells.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+
+import nbformat
+import pytest
+
+import transformer_course
+from autograder.release import Course, assignments, install_cell, install_cell_source, read_course, update_readme
+from grading import ROOT, SOLUTIONS
+
+NOTEBOOKS = ROOT / "notebooks"
+COURSE = read_course()
+MISMATCH = "This notebook is for course version"
+STALE = "run `python -m autograder release` to write the course's setting (pyproject.toml) into it"
+
+
+def read(folder, assignment):
+    return nbformat.read(folder / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+@pytest.mark.parametrize("folder", [SOLUTIONS, NOTEBOOKS], ids=["solutions", "notebooks"])
+def test_install_cells_install_the_course_version(folder):
+    expected = install_cell_source(COURSE.version, COURSE.package)
+    for assignment in assignments(SOLUTIONS):
+        notebook = read(folder, assignment)
+        assert install_cell(notebook).source == expected, f"{folder.name}/{assignment}: {STALE}"
+        assert notebook.metadata["transformer_course"] == {"version": COURSE.version}, f"{assignment}: {STALE}"
+
+
+def test_readme_installs_and_opens_the_course_version():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert update_readme(text, COURSE) == text, f"README.md: {STALE}"
+    assert f"`pip install {COURSE.package}`" in text
+    for assignment in assignments(SOLUTIONS):
+        assert f"({COURSE.colab}{assignment}/{assignment}.ipynb)" in text, f"README.md: no badge for {assignment}"
+
+
+def test_the_package_reports_its_version():
+    assert transformer_course.__version__ == COURSE.version, \
+        "the installed metadata is stale: reinstall the package (pip install -e .)"
+
+
+def test_install_sources():
+    git = Course("transformer-course", "1.2.0", "https://github.com/someone/course", "git")
+    index = Course("transformer-course", "1.2.0", "https://github.com/someone/course", "index")
+    assert git.package == "git+https://github.com/someone/course@v1.2.0"
+    assert index.package == "transformer-course==1.2.0"
+    assert git.colab == "https://colab.research.google.com/github/someone/course/blob/v1.2.0/notebooks/"
+    old = ("`pip install git+https://github.com/a/b` [![Open In Colab](badge.svg)]"
+           "(https://colab.research.google.com/github/a/b/blob/main/notebooks/01_x/01_x.ipynb)")
+    assert update_readme(old, git) == ("`pip install git+https://github.com/someone/course@v1.2.0` [![Open In Colab]"
+                                       "(badge.svg)](https://colab.research.google.com/github/someone/course/blob/"
+                                       "v1.2.0/notebooks/01_x/01_x.ipynb)")
+    with pytest.raises(ValueError, match="install-from"):
+        Course("transformer-course", "1.2.0", "https://github.com/someone/course", "conda").package
+    with pytest.raises(ValueError, match="github.com"):
+        Course("transformer-course", "1.2.0", "https://gitlab.com/someone/course", "git").colab
+
+
+def build_wheel(tmp_path):
+    """The repository's wheel, built from a copy so that no build/ or *.egg-info is left in the repository."""
+    source = tmp_path / "source"
+    for package in ("transformer_course", "autograder"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "wheels"),
+                    str(source)], check=True)
+    (wheel,) = (tmp_path / "wheels").glob(f"transformer_course-{COURSE.version}-*.whl")
+    return wheel
+
+
+def environment():
+    """This process's environment, less what would let the fresh one see this checkout or this venv."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    # PIP_COMPILE=0: no byte-compiling of the installed packages, which only costs time here
+    return {**env, "PYTHONNOUSERSITE": "1", "PIP_COMPILE": "0", "MPLBACKEND": "Agg"}
+
+
+def torch_environment(folder):
+    """A fresh virtual environment with torch only, as on Colab: its Python."""
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    python = folder / "bin" / "python"
+    torch = "torch==" + metadata.version("torch").partition("+")[0]  # the build this suite runs on
+    subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-compile", torch], env=environment(), check=True)
+    return python
+
+
+def run_cells(python, folder, *sources):
+    """Run the cells' sources one after the other in one process, as a kernel would: its output."""
+    (folder / "cells.json").write_text(json.dumps(sources))
+    (folder / "run_cells.py").write_text(
+        "import json\nnamespace = {'__name__': '__main__'}\n"
+        "for source in json.load(open('cells.json')):\n    exec(compile(source, '<cell>', 'exec'), namespace)\n"
+        "print('transformer_course', namespace['transformer_course'].__version__, 'from', "
+        "namespace['transformer_course'].__file__)\n")
+    done = subprocess.run([python, "run_cells.py"], cwd=folder, env=environment(), capture_output=True, text=True)
+    assert done.returncode == 0, f"the cells failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_install_cell_installs_the_course_where_only_torch_is(tmp_path):
+    wheel = build_wheel(tmp_path)
+    python = torch_environment(tmp_path / "venv")
+    setups = [[cell for cell in read(NOTEBOOKS, name).cells if cell.cell_type == "code"][1].source
+              for name in assignments(SOLUTIONS)]
+
+    output = run_cells(python, tmp_path, install_cell_source(COURSE.version, str(wheel)), *setups)
+    assert MISMATCH not in output
+    assert f"transformer_course {COURSE.version} from {tmp_path / 'venv'}" in output
+
+    # Installed now: the cell installs nothing (pip would fail on this missing file) and reports the mismatch.
+    output = run_cells(python, tmp_path, install_cell_source("0.0.1", str(tmp_path / "missing.whl")), setups[0])
+    assert f"{MISMATCH} 0.0.1; the installed transformer_course is {COURSE.version}" in output
+    assert f"%pip install {tmp_path / 'missing.whl'}" in output
