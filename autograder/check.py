@@ -102,7 +102,8 @@ def exercise_results(executed):
         owner.points += points
         owner.cells += 1
         if errors:
-            owner.failures.append(f"{grade_id(cell)}: {errors[0].ename}: {str(errors[0].evalue).splitlines()[0]}")
+            first_line = (str(errors[0].evalue).splitlines() or [""])[0]   # NotImplementedError() has none
+            owner.failures.append(f"{grade_id(cell)}: {errors[0].ename}: {first_line}".rstrip(": "))
             owner.refused = owner.refused or any(e.ename == REFUSED for e in errors)
         else:
             owner.passed += 1

@@ -48,16 +48,18 @@ def test_a_notebook_saved_by_colab_is_matched_to_its_release_and_passes():
         ("padding_mask", 3, 3), ("causal_mask", 4, 4), ("target_mask", 3, 3)]
 
 
-def test_the_finished_answer_is_refused_and_a_looping_cell_is_reported():
-    answers = nbgrader_cells(CORRECT)
+def test_the_finished_answer_is_refused_a_looping_cell_and_an_unanswered_exercise_are_reported():
+    answers, stubs = nbgrader_cells(CORRECT), nbgrader_cells(RELEASE)
     notebook = with_answers(CORRECT, {"causal_mask": "from transformer_course import causal_mask",
-                                      "padding_mask": answers["padding_mask"].source + "\nwhile True:\n    pass\n"})
+                                      "padding_mask": answers["padding_mask"].source + "\nwhile True:\n    pass\n",
+                                      "target_mask": stubs["target_mask"].source})
     report = check_notebook(notebook, RELEASE, LIMITS)
     text = render(report)
     assert not report.ok and "Something above will cost points" in text
-    refused = {e.name: e for e in report.exercises}
-    assert refused["causal_mask"].refused and refused["causal_mask"].passed == 0, text
-    assert not refused["target_mask"].failures, text
+    results = {e.name: e for e in report.exercises}
+    assert results["causal_mask"].refused and results["causal_mask"].passed == 0, text
+    assert not results["padding_mask"].failures, text   # the looping cell defined it before it looped
+    assert results["target_mask"].passed == 0 and "NotImplementedError" in results["target_mask"].failures[0], text
     assert any("padding_mask" in cell and "ran longer than 10 seconds" in cell for cell in report.slow), text
 
 
