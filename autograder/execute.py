@@ -221,12 +221,14 @@ class _Runner:
         self.kernel = None
         self.completed = []   # sources of the cells that ran without error: re-run after a restart
         self.count = 0        # execution counts go on across restarts
+        self.ready_for_test = None  # the test cell the last check prepared (its builtins unshadowed)
         self.problems = []
 
     def time_left(self):
         return self.deadline - time.monotonic()
 
-    def run(self, index, cell):
+    def run(self, index, cell, next_test=None):
+        """Run one code cell; ``next_test``: (index, source) of the next code cell if it is a test cell."""
         cell.outputs, cell.execution_count = [], None
         if self.kernel is None and self.time_left() > 0:
             try:
@@ -238,8 +240,7 @@ class _Runner:
             cell.outputs.append(_error("NotebookTimeoutError", f"this cell was not run: the notebook used up "
                                        f"its {self.limits.total_timeout:g} seconds before it got here"))
             return self.problems.append(Problem(index, "not-run", "not run: the notebook ran out of time"))
-        if is_test(cell):
-            # Puts away the answer's names that hide a builtin the test uses, while it runs.
+        if is_test(cell) and self.ready_for_test != index:   # e.g. right after a restart
             self._check_tampering(test_source=cell.source)
         outcome = self._execute(cell)
         breakage = self._breakage(outcome)
@@ -252,7 +253,10 @@ class _Runner:
             reply = self.kernel.reply if self.kernel else {}
             cell.outputs.append(_error(reply.get("ename") or "Error", f"{reply.get('evalue', '')} (the cell raised "
                                        "this error, but the kernel was made not to show it)"))
-        tampered = self._check_tampering(protect=is_locked_setup(cell)) if self.kernel else []
+        # The check after a cell also prepares the next test cell, if the next cell is one.
+        tampered = self._check_tampering(protect=is_locked_setup(cell), test_source=next_test and next_test[1]) \
+            if self.kernel else []
+        self.ready_for_test = next_test[0] if next_test and self.kernel else None
         if self.kernel and not self.kernel.usable:
             self.stop_kernel()
         if tampered and is_test(cell):
@@ -301,6 +305,7 @@ class _Runner:
 
     def _start_kernel(self, index):
         """A new kernel with the guard installed and, after a restart, the cells that had worked re-run."""
+        self.ready_for_test = None
         self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline)
         self._install_guard()
         if self.completed and not self._replay(index):
@@ -360,9 +365,9 @@ def execute_notebook(nb, workdir, limits, env=None, sandbox=True):
     if sandbox:
         hand_over(workdir)
     try:
-        for index, cell in enumerate(executed.cells):
-            if cell.cell_type == "code":
-                runner.run(index, cell)
+        code = [(index, cell) for index, cell in enumerate(executed.cells) if cell.cell_type == "code"]
+        for (index, cell), after in zip(code, code[1:] + [None]):
+            runner.run(index, cell, next_test=(after[0], after[1].source) if after and is_test(after[1]) else None)
     finally:
         runner.stop_kernel()
     return executed, runner.problems
