@@ -13,7 +13,10 @@ import torch
 import torch.nn as nn
 
 from transformer_course import Transformer
-from transformer_course.decoding import beam_search, beam_search_batch, greedy_decode, strip_specials, translate
+from transformer_course.cache import IncrementalDecoder, cached_greedy_decode
+from transformer_course.decoding import (beam_search, beam_search_batch, greedy_decode, sample_decode, sampling_distribution,
+                                         strip_specials, top_k_filter, top_p_filter, translate)
+from transformer_course.masks import causal_mask, padding_mask
 
 
 class TableModel(nn.Module):
@@ -435,3 +438,114 @@ def test_beam_search_batch_on_a_real_transformer():
     src = torch.tensor([[5, 6, 7, 8, 2], [9, 4, 3, 0, 0], [10, 2, 0, 0, 0]])
     got = beam_search_batch(model, src, 3, 10, 1, 2)
     assert got == [beam_search(model, src[i:i + 1, :int((src[i] != 0).sum())], 3, 10, 1, 2) for i in range(3)]
+
+
+# Incremental decoding with a key/value cache (transformer_course.cache) and sampling.
+
+def small_transformer(norm_first=False, tie_embeddings=False, seed=0, vocab=17):
+    torch.manual_seed(seed)
+    return Transformer(vocab, vocab, d_model=32, n_heads=4, num_encoder_layers=2, num_decoder_layers=3, d_ff=64,
+                       dropout=0.1, max_len=64, norm_first=norm_first, tie_embeddings=tie_embeddings).eval()
+
+
+PADDED_SOURCE = torch.tensor([[5, 6, 7, 8, 9, 2], [9, 4, 3, 2, 0, 0], [10, 2, 0, 0, 0, 0]])
+
+
+@pytest.mark.parametrize("norm_first, tie_embeddings, fused",
+                         [(False, False, False), (True, False, False), (False, True, True), (True, True, True)])
+def test_cached_steps_give_the_logits_of_recomputation(norm_first, tie_embeddings, fused):
+    model = small_transformer(norm_first, tie_embeddings).set_need_weights(not fused)
+    tgt = torch.cat([torch.ones(3, 1, dtype=torch.long), torch.randint(3, 17, (3, 11))], dim=1)
+    decoder = IncrementalDecoder(model, PADDED_SOURCE)
+    with torch.no_grad():
+        src_mask = padding_mask(PADDED_SOURCE, model.pad_idx)
+        memory = model.encode(PADDED_SOURCE, src_mask)
+        full = model(PADDED_SOURCE, tgt)                        # teacher forcing: every position at once
+        for t in range(tgt.size(1)):
+            cached = decoder.step(tgt[:, t])
+            prefix = tgt[:, :t + 1]                             # what greedy_decode recomputes at step t
+            recomputed = model.generator(model.decode(prefix, memory, src_mask, causal_mask(t + 1)))[:, -1]
+            torch.testing.assert_close(cached, recomputed, atol=1e-5, rtol=0)
+            torch.testing.assert_close(cached, full[:, t], atol=1e-5, rtol=0)
+    per_layer = 2 * 3 * 4 * tgt.size(1) * 8 * 4                 # 2 x B x H x t x d_k float32 numbers
+    assert decoder.cache_bytes() == 3 * per_layer
+    assert decoder.cache_bytes(self_attention_only=False) == 3 * (per_layer + 2 * 3 * 4 * 6 * 8 * 4)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_cached_greedy_decode_gives_the_tokens_of_greedy_decode(norm_first, seed):
+    model = small_transformer(norm_first, seed=seed)
+    expected = greedy_decode(model, PADDED_SOURCE, 15, 1, 2)
+    assert torch.equal(cached_greedy_decode(model, PADDED_SOURCE, 15, 1, 2), expected)
+    eos = expected[0, min(3, expected.size(1) - 1)].item()               # an <eos> the rows produce: finished rows, padding, early stop
+    expected = greedy_decode(model, PADDED_SOURCE, 15, 1, eos)
+    assert torch.equal(cached_greedy_decode(model, PADDED_SOURCE, 15, 1, eos), expected)
+    assert torch.equal(cached_greedy_decode(model, PADDED_SOURCE, 1, 1, 2), torch.ones(3, 1, dtype=torch.long))
+
+
+def test_top_k_keeps_exactly_the_k_largest():
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(0))
+    for k in (1, 3, 10, 50, 80):
+        filtered = top_k_filter(logits, k)
+        kept = torch.isfinite(filtered)
+        assert (kept.sum(dim=-1) == min(k, 50)).all()
+        assert torch.equal(filtered[kept], logits[kept])
+        smallest_kept = torch.where(kept, logits, torch.inf).min(dim=-1).values
+        largest_dropped = torch.where(kept, -torch.inf, logits).max(dim=-1).values
+        assert (smallest_kept > largest_dropped).all()
+    with pytest.raises(ValueError):
+        top_k_filter(logits, 0)
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9, 0.99])
+def test_top_p_keeps_the_smallest_set_with_probability_at_least_p(p):
+    logits = 2 * torch.randn(6, 40, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    probs = logits.softmax(dim=-1)
+    kept = torch.isfinite(top_p_filter(logits, p))
+    for row in range(6):
+        ranked = probs[row].sort(descending=True).values.tolist()
+        size = next(m for m in range(1, 41) if sum(ranked[:m]) >= p)       # the smallest such set
+        assert kept[row].sum().item() == size
+        assert probs[row][kept[row]].min() >= ranked[size - 1]               # ... made of the likeliest tokens
+    for bad in (0, -0.1, 1.5):
+        with pytest.raises(ValueError):
+            top_p_filter(logits, bad)
+
+
+def test_sampling_distribution_temperature_and_filters():
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]])
+    torch.testing.assert_close(sampling_distribution(logits), logits.softmax(-1))
+    torch.testing.assert_close(sampling_distribution(logits, temperature=2.0), (logits / 2).softmax(-1))
+    cold = sampling_distribution(logits, temperature=0.01)
+    torch.testing.assert_close(cold, torch.tensor([[1.0, 0.0, 0.0, 0.0]]))   # temperature -> 0: the argmax
+    two = sampling_distribution(logits, top_k=2)
+    torch.testing.assert_close(two, torch.cat([logits[:, :2].softmax(-1), torch.zeros(1, 2)], dim=1))
+    with pytest.raises(ValueError):
+        sampling_distribution(logits, temperature=0)
+
+
+def test_sample_decode_is_reproducible_and_near_greedy_when_cold():
+    model = small_transformer(seed=3)
+    draw = lambda seed, **kw: sample_decode(model, PADDED_SOURCE, 12, 1, 2, generator=torch.Generator().manual_seed(seed), **kw)
+    assert torch.equal(draw(0), draw(0))
+    assert not torch.equal(draw(0), draw(1))
+    greedy = greedy_decode(model, PADDED_SOURCE, 12, 1, 2)
+    assert torch.equal(draw(0, temperature=1e-4), greedy)
+    assert torch.equal(draw(5, top_k=1), greedy)
+    assert torch.equal(draw(5, top_p=1e-6), greedy)
+    with pytest.raises(ValueError):
+        draw(0, temperature=0.0)
+
+
+def test_sample_decode_draws_from_the_filtered_distribution():
+    model = small_transformer(seed=4)
+    src = PADDED_SOURCE[1:2].expand(6000, -1)
+    first = sample_decode(model, src, 2, 1, 2, temperature=1.5, top_k=6, top_p=0.8,
+                          generator=torch.Generator().manual_seed(0))[:, 1]
+    with torch.no_grad():
+        logits = IncrementalDecoder(model, src[:1]).step(torch.tensor([1]))
+    expected = sampling_distribution(logits, temperature=1.5, top_k=6, top_p=0.8)[0]
+    observed = torch.bincount(first, minlength=17).double() / first.numel()
+    assert (observed[expected == 0] == 0).all()
+    assert (observed - expected.double()).abs().max() < 0.025

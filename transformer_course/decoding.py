@@ -1,7 +1,9 @@
-"""Turning a trained model into translations (notebook 08): greedy decoding and beam search.
+"""Turning a trained model into translations (notebook 08): greedy decoding, beam search and sampling.
 
-Both decoders use only ``model.encode``, ``model.decode``, ``model.generator`` and ``model.pad_idx``, so
-any model with those four (the course's ``Transformer``, or a stub in a test) can be decoded.
+Greedy decoding and beam search use only ``model.encode``, ``model.decode``, ``model.generator`` and
+``model.pad_idx``, so any model with those four (the course's ``Transformer``, or a stub in a test) can be
+decoded. Sampling (temperature, top-k, top-p) runs on the key/value cache of ``transformer_course.cache``,
+which reads the layers of the course's ``Transformer``.
 
 Beam search follows the paper (section 6.1: beam 4, length penalty alpha = 0.6), whose length penalty
 is the one of Wu et al. (2016), "Google's Neural Machine Translation System":
@@ -13,9 +15,11 @@ with |Y| the number of tokens after <bos> (the final <eos> included).
 import torch
 import torch.nn.functional as F
 
+from .cache import IncrementalDecoder, generate
 from .masks import causal_mask, padding_mask
 
-__all__ = ["greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree", "length_penalty", "strip_specials", "translate"]
+__all__ = ["greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree", "length_penalty", "strip_specials",
+           "translate", "top_k_filter", "top_p_filter", "sampling_distribution", "sample_decode"]
 
 
 def _next_log_probs(model, ys, memory, src_mask):
@@ -172,6 +176,58 @@ def beam_search_tree(model, src, beam_size, max_len, bos_idx, eos_idx):
         steps.append(step)
         live = [(c["ids"], c["total"]) for c in step if c["status"] == "live"]
     return steps
+
+
+def top_k_filter(logits, k):
+    """logits [..., V] with all but the k largest of each row set to -inf (ties at the k-th value: the
+    first ones topk returns)."""
+    if k < 1:
+        raise ValueError(f"top_k must be at least 1, got {k}")
+    k = min(k, logits.size(-1))
+    kept = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(k, dim=-1).indices, True)
+    return logits.masked_fill(~kept, float("-inf"))
+
+
+def top_p_filter(logits, p):
+    """Nucleus filtering: logits [..., V] with only the smallest set of most likely tokens whose probability
+    adds up to at least p kept (the others -inf). The most likely token is always kept."""
+    if not 0 < p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    sorted_logits, order = logits.sort(dim=-1, descending=True)
+    probs = sorted_logits.softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs      # the probability of the tokens more likely than each one
+    keep_sorted = before < p                   # a token is needed while the better ones have less than p
+    kept = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return logits.masked_fill(~kept, float("-inf"))
+
+
+def sampling_distribution(logits, temperature=1.0, top_k=None, top_p=None):
+    """The probabilities sample_decode draws from: softmax(logits / temperature), then top-k, then top-p
+    (each on the renormalised result of the one before), [..., V]."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive (use greedy_decode for the limit 0), got {temperature}")
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature    # half -> float32
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return logits.softmax(dim=-1)
+
+
+@torch.no_grad()
+def sample_decode(model, src, max_len, bos_idx, eos_idx, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """src [B, S] -> [B, L] like greedy_decode, but each next token is drawn from `sampling_distribution`
+    (a torch.Generator makes it reproducible). Uses the key/value cache, so it needs the course's Transformer."""
+    if src.dim() != 2:
+        raise ValueError(f"src must be a [batch, seq] tensor of ids, got shape {list(src.shape)}")
+    sampling_distribution(torch.zeros(1), temperature, top_k, top_p)      # bad arguments fail before any work
+
+    def choose(logits):
+        probs = sampling_distribution(logits, temperature, top_k, top_p)
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+    decoder = IncrementalDecoder(model, src)
+    return generate(decoder.step, src.size(0), max_len, bos_idx, eos_idx, model.pad_idx, choose, device=src.device)
 
 
 def strip_specials(ids, bos_idx, eos_idx, pad_idx):
