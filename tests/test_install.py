@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from importlib import metadata
 
 import nbformat
@@ -71,13 +72,16 @@ def test_install_sources():
 def build_wheel(tmp_path):
     """The repository's wheel, built from a copy so that no build/ or *.egg-info is left in the repository."""
     source = tmp_path / "source"
-    for package in ("transformer_course", "autograder"):
+    for package in ("transformer_course", "autograder", "notebooks"):   # notebooks/: the releases the package ships
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path / "wheels"),
                     str(source)], check=True)
     (wheel,) = (tmp_path / "wheels").glob(f"transformer_course-{COURSE.version}-*.whl")
+    shipped = zipfile.ZipFile(wheel).namelist()
+    for assignment in assignments(SOLUTIONS):   # for a student's check (python -m autograder check)
+        assert f"transformer_course/releases/{assignment}/{assignment}.ipynb" in shipped, f"{assignment} not in the wheel"
     return wheel
 
 
