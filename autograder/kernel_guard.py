@@ -126,6 +126,14 @@ def _function_code_watch(modules, setattr_):
                  [(key, f.__code__) for key, f in functions.items()], suffix=".__code__")
 
 
+def _package_class_watches(modules, setattr_, delattr_):
+    # The attributes of the course's classes (the finished answers, own_work's refusal): a method replaced
+    # on a class would bypass the gate in its code.
+    classes = {value for module in modules for value in vars(module).values()
+               if isinstance(value, type) and value.__module__ == module.__name__}
+    return [_class_watch(f"{c.__module__}.{c.__qualname__}", c, setattr_, delattr_) for c in classes]
+
+
 def _attribute(obj, name, setattr_):
     # Read obj.<name> with no argument, set it with one.
     return lambda *value: setattr_(obj, name, value[0]) if value else getattr(obj, name, None)
@@ -284,7 +292,9 @@ def install(modules):
         watched.append(_class_watch("torch.Tensor", torch.Tensor, setattr_, delattr_))
         watched += _torch_watches(torch, setattr_)
     watched += _shell_watches(shell, getattr(shell, "kernel", None), setattr_, delattr_)
-    watched.append(_function_code_watch([m for m in modules if m.__name__.startswith("transformer_course")], setattr_))
+    package = [m for m in modules if m.__name__.startswith("transformer_course")]
+    watched.append(_function_code_watch(package, setattr_))
+    watched += _package_class_watches(package, setattr_, delattr_)
     watched.append(names)
     check_hooks = _hook_checks(shell, setattr_, isinstance_, torch)
     builtin_originals = dict(vars(builtins))

@@ -137,3 +137,22 @@ def test_the_gated_functions_still_show_their_signature_and_source():
 def test_unknown_exercise_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown exercise 'layer_norm'"):
         require_own_work("layer_norm", {})
+
+
+def test_an_answer_cannot_end_its_refusal():
+    """Calling require_own_work for another exercise, or replacing the module's query, opens no gate."""
+    import transformer_course.own_work as own_work
+
+    namespace = notebook_namespace()
+    exec("import transformer_course.own_work as w\n"
+         "def scaled_dot_product_attention(*args, **kwargs):\n"
+         "    w.require_own_work('causal_mask', {})\n"
+         "    w._refused = lambda exercises: None\n"
+         "    return course.scaled_dot_product_attention(*args, **kwargs)\n", namespace)
+    saved = own_work._refused
+    try:
+        with pytest.raises(FinishedAnswerUsed, match="finished `scaled_dot_product_attention`"):
+            require_own_work("scaled_dot_product_attention", namespace)
+            CALLS["scaled_dot_product_attention"](namespace["scaled_dot_product_attention"])
+    finally:
+        own_work._refused = saved

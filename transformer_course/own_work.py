@@ -74,17 +74,19 @@ def _refusal_message(exercise, piece):
 # ----------------------------------------------------------------------------- the refusal in force
 
 class _Refusal:
-    """Which exercise is under test, and the test cell that said so."""
+    """Which exercise is under test, and the test cell that said so: its frame, and in a kernel its count and
+    its file (IPython runs each statement of a cell in a frame of its own, all with the cell's file name)."""
 
-    def __init__(self, exercise, code, cell_count):
-        self.exercise, self.code, self.cell_count = exercise, code, cell_count
+    def __init__(self, exercise, frame, cell_count):
+        self.exercise, self.frame, self.cell_count = exercise, frame, cell_count
+        self.cell_file = frame.f_code.co_filename if cell_count is not None else None
 
     def in_force(self):
         if self.cell_count is not None and _cell_count() == self.cell_count:
             return True
-        frame = sys._getframe(2)
+        frame = sys._getframe(1)
         while frame is not None:
-            if frame.f_code is self.code:
+            if frame is self.frame or frame.f_code.co_filename == self.cell_file:
                 return True
             frame = frame.f_back
         return False
@@ -98,23 +100,24 @@ def _cell_count():
 
 
 def _make_refusal_state():
-    # Held in closures, not in module attributes, so that no name leads an answer to it.
-    current = [None]
+    # Held in closures, not in module attributes, so that no name leads an answer to it. A new refusal
+    # never ends another: an answer that calls require_own_work for some other exercise ends nothing.
+    active = []
 
-    def set_refusal(refusal):
-        current[0] = refusal
+    def add_refusal(refusal):
+        active[:] = [r for r in active if r.in_force()] + [refusal]
 
     def refused(exercises):
         """The exercise under test if it is one of ``exercises`` and its test cell still runs, else None."""
-        refusal = current[0]
-        if refusal is not None and refusal.exercise in exercises and refusal.in_force():
-            return refusal.exercise
+        for refusal in active:
+            if refusal.exercise in exercises and refusal.in_force():
+                return refusal.exercise
         return None
 
-    return set_refusal, refused
+    return add_refusal, refused
 
 
-_set_refusal, _refused = _make_refusal_state()
+_add_refusal, _refused = _make_refusal_state()
 
 
 # ----------------------------------------------------------------------------- the gates
@@ -145,13 +148,13 @@ def _called_by_the_package(frame):
     return frame.f_globals.get("__name__", "").partition(".")[0] == __name__.partition(".")[0]
 
 
-def _install_gate(function, exercises, piece, helper):
+def _install_gate(function, exercises, piece, helper, refused=_refused):
     original = types.FunctionType(function.__code__, function.__globals__, function.__name__,
                                   function.__defaults__, function.__closure__)
     original.__kwdefaults__, original.__qualname__ = function.__kwdefaults__, function.__qualname__
 
     def gate(args, kwargs):
-        exercise = _refused(exercises)
+        exercise = refused(exercises)   # bound now: replacing the module's _refused later changes nothing
         # A helper refuses an answer that calls it, not the package's finished code of other exercises.
         if exercise is not None and not (helper and _called_by_the_package(sys._getframe(2))):
             raise FinishedAnswerUsed(_refusal_message(exercise, piece))
@@ -243,7 +246,7 @@ def require_own_work(exercise, namespace):
     answer = namespace.get(exercise)
     if answer is not None and is_finished_answer(answer, exercise):
         raise FinishedAnswerUsed(_refusal_message(exercise, FINISHED[exercise][0]))
-    _set_refusal(_Refusal(exercise, sys._getframe(1).f_code, _cell_count()))
+    _add_refusal(_Refusal(exercise, sys._getframe(1), _cell_count()))
 
 
 _install_gates()
