@@ -81,6 +81,8 @@ WRONG = [
            table(fill=INTERLEAVED + "\n    pe = pe.double()"), "expected torch.float32"),
     Answer("positional_encoding", "never checks its arguments",
            table().replace('raise ValueError(f"bad sizes {max_len}, {d_model}")', "pass"), "should raise ValueError"),
+    Answer("positional_encoding", "checks d_model but not max_len (a table of 0 positions)",
+           table().replace("max_len <= 0 or ", ""), "raise ValueError when max_len <= 0"),
     # PositionalEncoding
     Answer("PositionalEncoding", "stores pe as a trainable parameter",
            module(store='self.pe = nn.Parameter(positional_encoding(max_len, d_model))'), "register it as a buffer"),

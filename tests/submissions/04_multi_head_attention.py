@@ -153,6 +153,11 @@ WRONG = [
                       "~mask if mask is not None else None, self.dropout)"), "polarity is inverted"),
     Answer("MultiHeadAttention", "softmax over the queries (dim=-2)",
            mha(attend=inline().replace("dim=-1", "dim=-2")), "sum to 1 over the keys"),
+    Answer("MultiHeadAttention", "splits into d_k heads: split_heads(x, self.d_k) instead of split_heads(x, self.n_heads)",
+           mha().replace(", self.n_heads)", ", self.d_k)"), "n_heads and d_k swapped?"),
+    Answer("MultiHeadAttention", "one head over all features, the mask passed on as it is",
+           mha(attend="heads, weights = scaled_dot_product_attention(self.w_q(query), self.w_k(key), self.w_v(value), "
+                      "mask, self.dropout)", output="self.w_o(heads)"), "the heads are never split"),
     Answer("MultiHeadAttention", "never checks that d_model is divisible by n_heads",
            mha(check="pass"), "should raise ValueError"),
 ]

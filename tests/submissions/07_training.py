@@ -159,7 +159,8 @@ def label_smoothing_loss(logits, target, smoothing=0.1, ignore_index=-100):
 ''', "not valid indices"),
     # noam_lr
     Answer("noam_lr", "step 0 divides by zero", noam(first="pass"), "step 0 must count as step 1"),
-    Answer("noam_lr", "min and max swapped", noam(RIGHT_FORMULA.replace("min(", "max(")), "min and max are swapped"),
+    Answer("noam_lr", "min and max swapped", noam(RIGHT_FORMULA.replace("min(", "max(")),
+           "the rate is the smaller of the two terms"),
     Answer("noam_lr", "warm-up exponent -0.5 instead of -1.5", noam(RIGHT_FORMULA.replace("** -1.5", "** -0.5")),
            "warm-up exponent is wrong"),
     Answer("noam_lr", "factor ignored", noam(RIGHT_FORMULA.replace("factor * ", "")), "factor is ignored"),
@@ -204,7 +205,7 @@ def label_smoothing_loss(logits, target, smoothing=0.1, ignore_index=-100):
     if scheduler is not None:
         scheduler.step()
     optimizer.step()
-    optimizer.zero_grad()"""), "after optimizer.step()"),
+    optimizer.zero_grad()"""), "call scheduler.step() after optimizer.step()"),
     Answer("train_step", "never steps the scheduler",
            step(after_loss=RIGHT_AFTER.replace("    if scheduler is not None:\n        scheduler.step()\n", "")),
            "call scheduler.step() once"),
