@@ -1,8 +1,9 @@
 """The finished components of notebooks 02-06 against independent oracles.
 
-Oracles: float64 formulas written out here, F.scaled_dot_product_attention, F.layer_norm, and PyTorch's own
-nn.MultiheadAttention / nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights copied
-in. PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
+Oracles: for notebooks 02-05 the hidden tests' own (transformer_course.oracles: float64 formulas,
+F.scaled_dot_product_attention, brute-force masks, nn.MultiheadAttention with our weights copied in,
+F.layer_norm); for 06 PyTorch's nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights
+copied in. PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
 """
 import math
 
@@ -17,6 +18,12 @@ from transformer_course.layers import (Decoder, DecoderLayer, Encoder, EncoderLa
                                        PositionwiseFeedForward)
 from transformer_course.masks import causal_mask, padding_mask, target_mask
 from transformer_course.model import Transformer
+from transformer_course.oracles import attention as attention_oracle
+from transformer_course.oracles import layer_norm as layer_norm_oracle
+from transformer_course.oracles import masking as masking_oracle
+from transformer_course.oracles import multi_head as multi_head_oracle
+from transformer_course.oracles.multi_head import copy_weights as copy_attention
+from transformer_course.testing import same_random_numbers
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
 PAD = 0
@@ -57,14 +64,6 @@ def randomize_(module):
     for name, p in module.named_parameters():
         p.uniform_(0.5, 1.5) if name.endswith("gamma") else p.uniform_(-0.5, 0.5)
     return module
-
-
-@torch.no_grad()
-def copy_attention(ours, theirs):
-    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
-    theirs.out_proj.weight.copy_(ours.w_o.weight)
-    theirs.out_proj.bias.copy_(ours.w_o.bias)
 
 
 @torch.no_grad()
@@ -127,35 +126,22 @@ def torch_decoder(ours, norm_first):
     return theirs
 
 
-def attention_formula(q, k, v, keep):
-    """float64 attention written out: exp of the scores over the keys kept, normalised."""
-    q, k, v = q.double(), k.double(), v.double()
-    scores = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.size(-1))
-    scores = scores - scores.max(dim=-1, keepdim=True).values
-    weights = scores.exp() * keep
-    weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights @ v, weights
-
-
 # ----------------------------------------------------------------------------- 02 attention
 
 def test_attention_matches_float64_formula_and_torch_sdpa():
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 6)
     keep = torch.rand(2, 1, 5, 7) > 0.4
     keep[..., 0] = True  # every query keeps at least one key here
-    output, weights = scaled_dot_product_attention(q, k, v, keep)
-    expected_output, expected_weights = attention_formula(q, k, v, keep)
-    assert output.shape == (2, 3, 5, 6) and weights.shape == (2, 3, 5, 7)
+    output, weights = attention_oracle.check_attention(scaled_dot_product_attention, "attention", q, k, v, keep)
+    expected_output, expected_weights = attention_oracle._formula(q, k, v, keep)
     torch.testing.assert_close(weights.double(), expected_weights, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(output.double(), expected_output, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v, attn_mask=keep), atol=1e-5, rtol=1e-5)
     assert (weights[~keep.expand_as(weights)] == 0).all()
 
 
 def test_attention_without_mask_matches_torch_sdpa():
     q, k, v = torch.randn(3, 4, 8), torch.randn(3, 6, 8), torch.randn(3, 6, 5)
-    output, weights = scaled_dot_product_attention(q, k, v)
-    torch.testing.assert_close(output, F.scaled_dot_product_attention(q, k, v), atol=1e-5, rtol=1e-5)
+    _, weights = attention_oracle.check_attention(scaled_dot_product_attention, "attention", q, k, v)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4))
 
 
@@ -163,7 +149,7 @@ def test_attention_fully_masked_row_is_zero_and_finite_with_finite_gradients():
     q, k, v = (torch.randn(2, 4, 3, requires_grad=True) for _ in range(3))
     keep = torch.ones(2, 4, 4, dtype=torch.bool)
     keep[0, 1] = False  # query 1 of batch 0 may attend to nothing
-    output, weights = scaled_dot_product_attention(q, k, v, keep)
+    output, weights = attention_oracle.check_attention(scaled_dot_product_attention, "attention", q, k, v, keep)
     assert torch.isfinite(output).all() and torch.isfinite(weights).all()
     assert (weights[0, 1] == 0).all() and (output[0, 1] == 0).all()
     output.sum().backward()
@@ -178,6 +164,9 @@ def test_attention_dropout_applies_to_weights_and_returns_weights_before_it():
     torch.testing.assert_close(seen[0], weights)            # called on the weights
     torch.testing.assert_close(dropped_weights, weights)    # returned before dropout
     torch.testing.assert_close(dropped_output, 3 * output)  # used for the output
+    # nn.Dropout in train mode: the same output as PyTorch's attention with the same random numbers
+    attention_oracle.check_dropout(scaled_dot_product_attention, "attention with nn.Dropout(0.3) in train mode",
+                                   q, k, v, attention_oracle.random_keep(2, 3, 5), 0.3, seed=4)
 
 
 def test_attention_rejects_a_mask_that_is_not_bool():
@@ -194,6 +183,7 @@ def test_padding_mask():
     assert mask.dtype == torch.bool and mask.shape == (2, 1, 1, 4)
     assert mask[:, 0, 0].tolist() == [[True, True, False, False], [True, False, True, True]]
     assert padding_mask(tokens, pad_idx=7)[1, 0, 0].tolist() == [False, True, True, True]
+    masking_oracle.check_padding_values(padding_mask, torch.randint(0, 4, (5, 7)), 2)
     with pytest.raises(ValueError, match="shape"):
         padding_mask(tokens[0], pad_idx=0)
 
@@ -201,7 +191,8 @@ def test_padding_mask():
 def test_causal_mask():
     mask = causal_mask(5, device="cpu")
     assert mask.dtype == torch.bool and mask.shape == (1, 1, 5, 5)
-    assert mask[0, 0].tolist() == [[j <= i for j in range(5)] for i in range(5)]
+    for size in (1, 5, 9):
+        masking_oracle.check_causal_values(causal_mask, size)
     with pytest.raises(ValueError, match="0"):
         causal_mask(0)
 
@@ -210,10 +201,8 @@ def test_target_mask_is_padding_and_causal():
     tokens = torch.tensor([[4, 4, 4, 0], [4, 0, 4, 4]])
     mask = target_mask(tokens, pad_idx=0)
     assert mask.dtype == torch.bool and mask.shape == (2, 1, 4, 4)
-    for b in range(2):
-        for i in range(4):
-            for j in range(4):
-                assert mask[b, 0, i, j] == (j <= i and tokens[b, j] != 0), (b, i, j)
+    masking_oracle.check_target_values(target_mask, tokens, 0)
+    masking_oracle.check_target_values(target_mask, torch.randint(0, 3, (4, 6)), 1)
 
 
 # ----------------------------------------------------------------------------- 04 multi-head attention
@@ -299,6 +288,19 @@ def test_multi_head_attention_train_mode_matches_nn_with_the_same_seed(need_weig
     torch.testing.assert_close(output, expected)
 
 
+def test_multi_head_attention_passes_the_hidden_tests_checks():
+    mha = MultiHeadAttention(12, 3, dropout=0.3).eval()
+    query, memory = torch.randn(2, 4, 12), torch.randn(2, 5, 12)
+    multi_head_oracle.check_values({}, mha, 3, "MultiHeadAttention(12, 3)", query, memory, memory)
+    mask = lengths_to_keep([5, 2], 5)[:, None, None, :]
+    multi_head_oracle.check_mask({}, mha, 3, "MultiHeadAttention(12, 3) with a mask", (query, memory, memory), mask)
+    multi_head_oracle.check_attn({}, mha, 3, 0.3, "attn after MultiHeadAttention(12, 3)", query, memory, memory, mask)
+    with same_random_numbers(11):
+        output = mha.train()(query, memory, memory, mask)
+    multi_head_oracle.check_dropout(output, mha, 3, 0.3, "MultiHeadAttention(12, 3, dropout=0.3).train()",
+                                    query, memory, memory, mask, seed=11)
+
+
 def test_fast_path_equals_weights_path_including_fully_masked_rows_and_gradients():
     mha = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.1)).double().eval()
     query, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 5, D_MODEL).double()
@@ -367,11 +369,12 @@ def test_fast_path_rejects_a_mask_that_is_not_bool():
 def test_layer_norm_matches_formula_and_f_layer_norm():
     norm = randomize_(LayerNorm(D_MODEL, eps=0.1))
     x = torch.randn(3, 5, D_MODEL) * 0.3  # a small variance, so eps matters
-    mean = x.double().mean(-1, keepdim=True)
-    var = ((x.double() - mean) ** 2).mean(-1, keepdim=True)  # biased
-    expected = norm.gamma.double() * (x.double() - mean) / torch.sqrt(var + 0.1) + norm.beta.double()
-    torch.testing.assert_close(norm(x).double(), expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(norm(x), F.layer_norm(x, (D_MODEL,), norm.gamma, norm.beta, eps=0.1))
+    layer_norm_oracle.check_affine(norm(x), x, norm.gamma.detach(), norm.beta.detach(), 0.1, "LayerNorm")
+    layer_norm_oracle.check_values(LayerNorm(D_MODEL, eps=0.1)(x), x, 0.1, "LayerNorm without gamma and beta")
+    x = x.requires_grad_()
+    upstream = torch.randn(x.shape)
+    (norm(x) * upstream).sum().backward()
+    layer_norm_oracle.check_gradients(norm, x, upstream, 0.1)
 
 
 def test_layer_norm_parameters_start_as_identity():
@@ -386,13 +389,12 @@ def test_feed_forward_matches_formula_in_eval_and_train_mode():
     assert (ff.linear1.in_features, ff.linear1.out_features) == (D_MODEL, D_FF)
     assert (ff.linear2.in_features, ff.linear2.out_features) == (D_FF, D_MODEL)
     x = torch.randn(2, 3, D_MODEL)
-    hidden = F.relu(x @ ff.linear1.weight.T + ff.linear1.bias)
-    torch.testing.assert_close(ff.eval()(x), hidden @ ff.linear2.weight.T + ff.linear2.bias)
-    torch.manual_seed(1)
-    output = ff.train()(x)
-    torch.manual_seed(1)
-    expected = F.dropout(hidden, 0.5, training=True) @ ff.linear2.weight.T + ff.linear2.bias
-    torch.testing.assert_close(output, expected)
+    with same_random_numbers(1):
+        output = ff.eval()(x)
+    layer_norm_oracle.check_feed_forward_eval(output, ff, x, 1, "PositionwiseFeedForward in eval mode")
+    with same_random_numbers(1):
+        output = ff.train()(x)
+    layer_norm_oracle.check_feed_forward_train(output, ff, x, 0.5, 1, "PositionwiseFeedForward in train mode")
 
 
 # ----------------------------------------------------------------------------- 06 layers and stacks

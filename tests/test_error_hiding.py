@@ -32,6 +32,14 @@ TEST_WITH_ABS = 'assert abs(add(2, 2) - 4) < 1e-9, "add(2, 2) should be 4"\n'
 TEST_WITH_HELPER = 'check(add(0, 5), 5, "add(0, 5)")\n'
 TEST_WITH_PACKAGE = 'assert_close(torch.tensor(float(add(1, 1))), torch.tensor(2.0), "add(1, 1)")\n'
 TEST_WITH_TORCH = 'assert torch.allclose(torch.tensor(float(add(3, 1))), torch.tensor(4.0)), "add(3, 1) should be 4"\n'
+# An oracle of the hidden tests: correct add() gives the causal mask, the wrong one a mask with no False.
+TEST_WITH_ORACLE = """def _hidden():
+    from transformer_course.oracles import masking
+    ones = torch.ones(3, 3)
+    masking.check_causal_values(lambda size: add(ones.tril() + ones.triu(1), -ones.triu(1)), 3)
+
+_hidden()
+"""
 TEST_MUL = "assert mul(2, 3) == 6, \"mul(2, 3) should be 6\"\nprint('mul tested')\n"
 
 # trick -> (the code that rides along with the wrong answer, the test it aims at)
@@ -125,6 +133,18 @@ globals()["__builtins__"] = {**vars(builtins), "abs": lambda value: 0}
     "the package's check gutted through its code": ("""
 assert_close.__code__ = (lambda *args, **kwargs: None).__code__
 """, TEST_WITH_PACKAGE),
+    "an oracle's check replaced in its module": ("""
+import transformer_course.oracles.masking as masking
+masking.check_causal_values = lambda *args, **kwargs: None
+""", TEST_WITH_ORACLE),
+    "an oracle's check gutted through its code": ("""
+from transformer_course.oracles.masking import check_causal_values
+check_causal_values.__code__ = (lambda *args, **kwargs: None).__code__
+""", TEST_WITH_ORACLE),
+    "an oracle's brute force replaced by the wrong answer's": ("""
+import transformer_course.oracles.masking as masking
+masking._causal_table = lambda size, rule=None: torch.ones(1, 1, size, size, dtype=torch.bool)
+""", TEST_WITH_ORACLE),
     "a torch function mode makes allclose agree": ("""
 import torch
 from torch.overrides import TorchFunctionMode

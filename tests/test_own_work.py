@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 import transformer_course as course
+import transformer_course.oracles as oracles
 from grading import finished_answers
 from transformer_course.own_work import FINISHED, FinishedAnswerUsed, require_own_work
 
@@ -84,12 +85,86 @@ def test_every_route_to_the_finished_answer_fails_its_test(answer):
         CALLS[answer.exercise](namespace[answer.exercise])
 
 
+def is_oracle(helper):
+    return helper.__module__.startswith("transformer_course.oracles.")
+
+
 @pytest.mark.parametrize("exercise", [e for e in ORDER if len(FINISHED[e]) > 1])
 def test_the_helpers_that_do_the_finished_answers_work_are_refused_too(exercise):
     require_own_work(exercise, {})
     for helper in FINISHED[exercise][1:]:
-        with pytest.raises(FinishedAnswerUsed, match=f"part of the course's finished `{exercise}`"):
+        expected = "the tests' own computation of" if is_oracle(helper) else "part of the course's finished"
+        with pytest.raises(FinishedAnswerUsed, match=f"{expected} `{exercise}`"):
             helper()   # the gate refuses before the arguments are even looked at
+
+
+# exercise -> (an answer that has an oracle of the hidden tests compute it, the hidden tests' check of it)
+ORACLE_ROUTES = {
+    "scaled_dot_product_attention": (
+        "from transformer_course.oracles import attention as o\n"
+        "def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):\n"
+        "    return o._fused(query, key, value, mask), o._fused_weights(query, key, mask)\n",
+        lambda answer: oracles.attention.check_attention(answer, "attention", torch.randn(2, 3, 4),
+                                                         torch.randn(2, 5, 4), torch.randn(2, 5, 6))),
+    "causal_mask": (   # the oracle itself handed in as the answer: the check calls it, not by its name
+        "from transformer_course.oracles.masking import _causal_table as causal_mask\n",
+        lambda answer: oracles.masking.check_causal_values(answer, 4)),
+    "padding_mask": (
+        "import functools\nfrom transformer_course.oracles import masking\n"
+        "padding_mask = functools.partial(masking._padding_table)\n",
+        lambda answer: oracles.masking.check_padding_values(answer, torch.tensor([[3, 0, 4]]), 0)),
+    "target_mask": (
+        "from transformer_course.oracles import masking\n"
+        "def target_mask(tokens, pad_idx):\n    return masking._target_table(tokens, pad_idx)\n",
+        lambda answer: oracles.masking.check_target_values(answer, torch.tensor([[3, 0, 4]]), 0)),
+    "MultiHeadAttention": (
+        "from transformer_course.oracles import multi_head\n"
+        "class MultiHeadAttention(nn.Module):\n"
+        "    def __init__(self, d_model, n_heads, dropout=0.1):\n"
+        "        super().__init__()\n        self.n_heads, self.attn = n_heads, None\n"
+        "        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in range(4))\n"
+        "        self.dropout = nn.Dropout(dropout)\n"
+        "    def forward(self, query, key, value, mask=None):\n"
+        "        return multi_head._expected(self, self.n_heads, query, key, value, mask, dtype=query.dtype)[0]\n",
+        lambda answer: oracles.multi_head.check_values({}, answer(8, 2).eval(), 2, "MultiHeadAttention(8, 2)",
+                                                       *(torch.randn(2, 3, 8) for _ in range(3)))),
+    "LayerNorm": (
+        "from transformer_course.oracles import layer_norm\n"
+        "class LayerNorm(nn.Module):\n"
+        "    def __init__(self, d_model, eps=1e-5):\n        super().__init__()\n        self.eps = eps\n"
+        "        self.gamma, self.beta = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model))\n"
+        "    def forward(self, x):\n"
+        "        return (layer_norm._standardised(x, self.eps) * self.gamma + self.beta).to(x.dtype)\n",
+        lambda answer: oracles.layer_norm.check_values(answer(6)(x := torch.randn(3, 6)), x, 1e-5, "LayerNorm(6)")),
+    "PositionwiseFeedForward": (
+        "from transformer_course.oracles import layer_norm\n"
+        "class PositionwiseFeedForward(nn.Module):\n"
+        "    def __init__(self, d_model, d_ff, dropout=0.1):\n        super().__init__()\n"
+        "        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)\n"
+        "        self.dropout = nn.Dropout(dropout)\n"
+        "    def forward(self, x):\n        return layer_norm._network(self, x).to(x.dtype)\n",
+        lambda answer: oracles.layer_norm.check_feed_forward_eval(
+            (ffn := answer(6, 12).eval())(x := torch.randn(3, 6)), ffn, x, 0, "PositionwiseFeedForward(6, 12)")),
+}
+
+
+@pytest.mark.parametrize("exercise", ORACLE_ROUTES)
+def test_an_answer_that_has_the_tests_oracle_compute_it_is_refused(exercise):
+    source, check = ORACLE_ROUTES[exercise]
+    namespace = notebook_namespace()
+    exec(source, namespace)
+    check(namespace[exercise])   # outside the exercise's tests the oracle answers, and the answer passes
+    with pytest.raises(FinishedAnswerUsed, match=f"the tests' own computation of `{exercise}`"):
+        require_own_work(exercise, namespace)
+        check(namespace[exercise])
+
+
+def test_the_oracles_checks_pass_an_answer_of_ones_own_in_its_exercise_test():
+    namespace = notebook_namespace()
+    exec("def causal_mask(size, device=None):\n    return torch.ones(size, size, dtype=torch.bool).tril()[None, None]\n",
+         namespace)
+    require_own_work("causal_mask", namespace)
+    oracles.masking.check_causal_values(namespace["causal_mask"], 5)
 
 
 @pytest.mark.parametrize("exercise", ORDER)

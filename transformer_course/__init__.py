@@ -19,6 +19,9 @@ from .data import Vocab, build_vocab
 from .training import label_smoothing_loss, load_checkpoint, noam_lr, save_checkpoint, train_step
 from .decoding import beam_search, greedy_decode
 from .bleu import corpus_bleu
+# Gates the finished answers and imports the tests' oracles (which use own_work through testing): imported
+# here, so that whichever module is imported first, own_work is set up before the oracles need it.
+from . import own_work  # noqa: E402,F401
 
 __all__ = [
     # 01_positional_encoding

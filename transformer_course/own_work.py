@@ -64,6 +64,9 @@ FINISHED = {
 
 def _refusal_message(exercise, piece):
     name = f"{piece.__module__}.{piece.__qualname__}"
+    if piece.__module__.startswith(f"{__package__}.oracles."):
+        return (f"this answer calls `{name}`, the tests' own computation of `{exercise}`: it is there to grade "
+                f"your answer; here, write your own")
     if piece is FINISHED[exercise][0]:
         return (f"this answer uses the course's finished `{exercise}` ({name}): the package's version is "
                 f"there for the later notebooks; here, write your own")
@@ -144,8 +147,14 @@ def _gate_code(original, gate):
                         co_name=original.co_name, co_qualname=original.co_qualname)
 
 
-def _called_by_the_package(frame):
-    return frame.f_globals.get("__name__", "").partition(".")[0] == __name__.partition(".")[0]
+def _called_by_the_package(frame, function):
+    """The package's own code calls ``function`` by its name: the caller runs in a module of the package (with
+    that module's own globals, not a dict named like them) and names it. An answer that is the helper itself
+    (an oracle, say), handed to a check that calls the answer it is given, is not called by name."""
+    module = sys.modules.get(frame.f_globals.get("__name__", ""))
+    code = frame.f_code
+    return (module is not None and module.__name__.partition(".")[0] == __name__.partition(".")[0]
+            and vars(module) is frame.f_globals and function.__name__ in code.co_names + code.co_freevars)
 
 
 def _install_gate(function, exercises, piece, helper, refused=_refused):
@@ -156,7 +165,7 @@ def _install_gate(function, exercises, piece, helper, refused=_refused):
     def gate(args, kwargs):
         exercise = refused(exercises)   # bound now: replacing the module's _refused later changes nothing
         # A helper refuses an answer that calls it, not the package's finished code of other exercises.
-        if exercise is not None and not (helper and _called_by_the_package(sys._getframe(2))):
+        if exercise is not None and not (helper and _called_by_the_package(sys._getframe(2), function)):
             raise FinishedAnswerUsed(_refusal_message(exercise, piece))
         return original(*args, **kwargs)
 
@@ -175,6 +184,14 @@ def _functions_of(piece):
         if isinstance(value, types.FunctionType):
             found.append(value)
     return found
+
+
+def _add_oracles():
+    """The hidden tests' oracles that compute an exercise's answer are helpers of that exercise too. Imported
+    here, once this module has defined what transformer_course.testing takes from it: the oracles use testing."""
+    from .oracles import ANSWER_HELPERS
+    for exercise, helpers in ANSWER_HELPERS.items():
+        FINISHED[exercise] += helpers
 
 
 def _install_gates():
@@ -249,4 +266,5 @@ def require_own_work(exercise, namespace):
     _add_refusal(_Refusal(exercise, sys._getframe(1), _cell_count()))
 
 
+_add_oracles()
 _install_gates()

@@ -1,0 +1,178 @@
+"""Oracles of notebook 05 (LayerNorm, PositionwiseFeedForward), shared by its hidden tests and
+tests/test_components.py.
+
+The expected values come from PyTorch's F.layer_norm in float64 (and autograd through it for the
+gradients), and from the feed-forward formula written out in float64 with the student's own weights and
+PyTorch's dropout drawn from the same random numbers. Neither is the course's solution
+(transformer_course.layers). Standardisation written out here computes what the known mistakes compute, so
+that a message can name the mistake. Every check takes what the student's module returned, and the module.
+
+The functions that compute an answer (the standardisation, the feed-forward network) are helpers of their
+exercise in own_work's table: during its tests an answer that calls them is refused.
+"""
+import torch
+import torch.nn.functional as F
+
+from .. import testing
+
+
+def _standardised(x, eps, *, dims=(-1,), correction=0, eps_outside=False, no_keepdim=False):
+    """Standardisation written out in float64; the keyword arguments build what common mistakes produce."""
+    x = x.detach().double()
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    mean = x.sum(dim=dims, keepdim=True) / n
+    var = ((x - mean) ** 2).sum(dim=dims, keepdim=True) / (n - correction)
+    if no_keepdim:
+        mean, var = mean.squeeze(-1), var.squeeze(-1)
+    if eps_outside:
+        return (x - mean) / (var.sqrt() + eps)
+    return (x - mean) / (var + eps).sqrt()
+
+
+def _value_mistakes(x, eps):
+    """What the common mistakes of the standardisation give for ``x``, to name them in the message."""
+    shape = tuple(x.shape)
+    mistakes = {
+        "the unbiased variance (dividing by d - 1, the default of torch.var / torch.std); "
+        "layer norm divides by d (unbiased=False)": lambda: _standardised(x, eps, correction=1),
+        "eps is added to the standard deviation; it belongs inside the square root: sqrt(var + eps)":
+            lambda: _standardised(x, eps, eps_outside=True),
+        "torch.std (unbiased) plus eps: use the biased variance and put eps inside the square root":
+            lambda: _standardised(x, eps, correction=1, eps_outside=True),
+        "the statistics were taken over dimension 0, across the batch (batch norm); use the last dimension":
+            lambda: _standardised(x, eps, dims=(0,)),
+    }
+    if eps != 1e-5:
+        mistakes["the eps argument is ignored (hard-coded 1e-5?): use the eps given to __init__"] = \
+            lambda: _standardised(x, 1e-5)
+    if len(shape) >= 3:
+        mistakes["the statistics were taken over dimension 1, across the positions; use the last dimension"] = \
+            lambda: _standardised(x, eps, dims=(1,))
+        mistakes["the statistics were taken over a whole sentence (the last two dimensions); "
+                 "layer norm normalises every token on its own, over its features"] = \
+            lambda: _standardised(x, eps, dims=(-2, -1))
+    if len(shape) == 2 and shape[0] == shape[1]:
+        mistakes["keepdim=True is missing: without it the mean of row i is subtracted from column i"] = \
+            lambda: _standardised(x, eps, no_keepdim=True)
+    return mistakes
+
+
+def check_values(out, x, eps, what):
+    """LayerNorm(d, eps) with gamma 1 and beta 0: ``out`` against F.layer_norm in float64."""
+    testing.assert_close(out, F.layer_norm(x.double(), (x.shape[-1],), eps=eps), what, atol=1e-4, rtol=1e-4,
+                         dtype=torch.float32, mistakes=_value_mistakes(x, eps))
+
+
+def check_constant_tokens(out, x, eps, what):
+    """Tokens with (almost) no variance, where eps decides the result."""
+    testing.assert_close(out, F.layer_norm(x.double(), (x.shape[-1],), eps=eps), what, atol=1e-4, rtol=1e-4, mistakes={
+        "eps is added to the standard deviation; it belongs inside the square root: sqrt(var + eps)":
+            lambda: _standardised(x, eps, eps_outside=True),
+        "the unbiased variance (dividing by d - 1); layer norm divides by d":
+            lambda: _standardised(x, eps, correction=1),
+        "the eps argument is ignored (hard-coded?): use the eps given to __init__":
+            lambda: _standardised(x, 1e-5 if eps != 1e-5 else 0.5),
+        "eps is 1e-6; the default should be 1e-5 (as in nn.LayerNorm)": lambda: _standardised(x, 1e-6),
+    })
+
+
+def check_affine(out, x, gamma, beta, eps, what):
+    """``out`` of a LayerNorm whose gamma and beta were set to ``gamma`` and ``beta``: PyTorch's layer norm
+    with the same gamma and beta, in float64."""
+    d = x.shape[-1]
+    x_hat = F.layer_norm(x.double(), (d,), eps=eps)
+    g, b = gamma.double(), beta.double()
+    testing.assert_close(out, F.layer_norm(x.double(), (d,), g, b, eps), what, atol=1e-4, rtol=1e-4, mistakes={
+        "beta is never added; the last step is + beta": g * x_hat,
+        "the result is never multiplied by gamma": x_hat + b,
+        "gamma and beta are swapped in the formula; gamma scales, beta shifts": b * x_hat + g,
+        "gamma is applied before the normalisation, where the normalisation undoes it; "
+        "scale the normalised x": lambda: F.layer_norm(x.double() * g, (d,), eps=eps) + b,
+    })
+
+
+def check_gradients(norm, x, upstream, eps):
+    """The gradients that (norm(x) * upstream).sum().backward() left in x and in norm's gamma and beta
+    against autograd through PyTorch's layer norm in float64."""
+    d = x.shape[-1]
+    x64 = x.detach().double().requires_grad_()
+    g64 = norm.gamma.detach().double().requires_grad_()
+    b64 = norm.beta.detach().double().requires_grad_()
+    (F.layer_norm(x64, (d,), g64, b64, eps) * upstream.double()).sum().backward()
+    # What x's gradient would be if the mean and variance were treated as constants.
+    x_d = x.detach().double()
+    var = x_d.var(dim=-1, unbiased=False, keepdim=True)
+    detached = g64.detach() * upstream.double() / (var + eps).sqrt()
+    what = f"LayerNorm({d}, eps={eps}): the gradient"
+    assert x.grad is not None, f"{what} with respect to x is missing: is the output detached from x?"
+    testing.assert_close(x.grad, x64.grad, f"{what} with respect to x", atol=1e-4, rtol=1e-3, mistakes={
+        "the mean and variance were treated as constants (detached, or computed under torch.no_grad()): "
+        "they depend on x and must stay in the autograd graph": detached,
+    })
+    assert norm.gamma.grad is not None and norm.beta.grad is not None, f"{what} reached neither gamma nor beta"
+    testing.assert_close(norm.gamma.grad, g64.grad, f"{what} with respect to gamma", atol=1e-4, rtol=1e-3)
+    testing.assert_close(norm.beta.grad, b64.grad, f"{what} with respect to beta", atol=1e-4, rtol=1e-3)
+
+
+def _network(ffn, x, *, activation=torch.relu, hidden_mask=None, relu_after=False):
+    """linear2(activation(linear1(x)) * hidden_mask) in float64 with the module's own weights; the keyword
+    arguments build what common mistakes produce."""
+    w1, b1 = ffn.linear1.weight.detach().double(), ffn.linear1.bias.detach().double()
+    w2, b2 = ffn.linear2.weight.detach().double(), ffn.linear2.bias.detach().double()
+    hidden = x.detach().double() @ w1.T + b1
+    if not relu_after:
+        hidden = activation(hidden)
+    out = (hidden if hidden_mask is None else hidden * hidden_mask) @ w2.T + b2
+    return out.clamp(min=0) if relu_after else out
+
+
+def _dropout_mask(shape, p, seed, dtype=torch.float32):
+    """What F.dropout keeps of a tensor of ones with the random numbers of ``seed``, in float64."""
+    with testing.same_random_numbers(seed):
+        return F.dropout(torch.ones(shape, dtype=dtype), p, training=True).double()
+
+
+def check_feed_forward_eval(out, ffn, x, seed, what):
+    """Eval mode (``out`` drawn with the random numbers of ``seed``): the formula with the module's weights."""
+    hidden_shape = tuple(x.shape[:-1]) + (ffn.linear1.weight.shape[0],)
+    identity = lambda h: h  # noqa: E731
+    testing.assert_close(out, _network(ffn, x), what, atol=1e-4, rtol=1e-4, dtype=torch.float32, mistakes={
+        "there is no ReLU between linear1 and linear2": lambda: _network(ffn, x, activation=identity),
+        "the ReLU is applied after linear2; it belongs between the layers": lambda: _network(ffn, x, relu_after=True),
+        "that is GELU; the paper's network uses ReLU": lambda: _network(ffn, x, activation=F.gelu),
+        "that is GELU (tanh approximation); the paper's network uses ReLU":
+            lambda: _network(ffn, x, activation=lambda h: F.gelu(h, approximate="tanh")),
+        "dropout is still applied in eval mode: use self.dropout, or F.dropout(..., training=self.training)":
+            lambda: _network(ffn, x, hidden_mask=_dropout_mask(hidden_shape, 0.5, seed)),
+    })
+
+
+def check_feed_forward_train(out, ffn, x, p, seed, what):
+    """Train mode with dropout ``p`` (``out`` drawn with the random numbers of ``seed``): the formula with
+    PyTorch's dropout mask drawn from the same random numbers."""
+    shape, dtype = tuple(x.shape), x.dtype
+    hidden_shape = shape[:-1] + (ffn.linear1.weight.shape[0],)
+    xd = x.double()
+    mistakes = {
+        "dropout is never applied in train mode": lambda: _network(ffn, xd),
+        "dropout is applied to the output of linear2; it belongs between the layers, on the ReLU activations":
+            lambda: _network(ffn, xd) * _dropout_mask(shape, p, seed, dtype),
+        "dropout is applied to the input x; it belongs between the layers, on the ReLU activations":
+            lambda: _network(ffn, xd * _dropout_mask(shape, p, seed, dtype)),
+    }
+    if p != 0.1:
+        mistakes["the dropout probability is fixed at 0.1: pass the dropout argument on to nn.Dropout"] = \
+            lambda: _network(ffn, xd, hidden_mask=_dropout_mask(hidden_shape, 0.1, seed, dtype))
+    testing.assert_close(out, _network(ffn, xd, hidden_mask=_dropout_mask(hidden_shape, p, seed, dtype)), what,
+                         atol=1e-4, rtol=1e-4, dtype=dtype, mistakes=mistakes)
+
+
+def check_feed_forward_float64(out, ffn, x, what):
+    """A float64 module on float64 input keeps float64 precision."""
+    testing.assert_close(out, _network(ffn, x), what, atol=1e-10, rtol=1e-10, dtype=torch.float64)
+
+
+ANSWER_HELPERS = {"LayerNorm": (_standardised, _value_mistakes),
+                  "PositionwiseFeedForward": (_network, _dropout_mask)}

@@ -1,0 +1,254 @@
+"""Oracles of notebook 04 (MultiHeadAttention), shared by its hidden tests and tests/test_components.py.
+
+The expected values come from PyTorch's nn.MultiheadAttention holding the student's weights, and a float64
+formula written out here with einsum, which also computes what the known mistakes compute so that a message
+can name the mistake. Neither is the course's solution (transformer_course.attention). The student's module
+runs with the course's finished split_heads, merge_heads and scaled_dot_product_attention put in the
+notebook's namespace (``namespace``, its globals()), so that a mistake in those costs points in their own
+tests only.
+
+The functions that compute a MultiHeadAttention's output (PyTorch's module with the student's weights, the
+formula) are helpers of MultiHeadAttention in own_work's table: during its tests an answer that calls them is
+refused.
+"""
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import attention as finished
+from .. import testing
+
+
+@contextlib.contextmanager
+def finished_parts(namespace):
+    """The course's finished split_heads, merge_heads and scaled_dot_product_attention in the notebook."""
+    with testing.substituted(namespace, split_heads=finished.split_heads, merge_heads=finished.merge_heads,
+                             scaled_dot_product_attention=finished.scaled_dot_product_attention):
+        yield
+
+
+def make(namespace, answer, d_model, n_heads, dropout=0.0):
+    """The student's class ``answer`` built with the finished parts in place."""
+    with finished_parts(namespace):
+        return answer(d_model, n_heads, dropout=dropout)
+
+
+@torch.no_grad()
+def copy_weights(ours, theirs):
+    """Our w_q, w_k, w_v (stacked as in_proj) and w_o into an nn.MultiheadAttention; a missing bias is 0."""
+    d_model = ours.w_q.weight.shape[1]
+    bias = lambda layer: layer.bias if layer.bias is not None else torch.zeros(d_model)  # noqa: E731
+    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+    theirs.in_proj_bias.copy_(torch.cat([bias(ours.w_q), bias(ours.w_k), bias(ours.w_v)]))
+    theirs.out_proj.weight.copy_(ours.w_o.weight)
+    theirs.out_proj.bias.copy_(bias(ours.w_o))
+
+
+def _torch_mha(m, n_heads, dropout=0.0, dtype=torch.float64):
+    """PyTorch's nn.MultiheadAttention holding the student's weights (in_proj = w_q, w_k, w_v stacked)."""
+    ref = nn.MultiheadAttention(m.w_q.weight.shape[1], n_heads, dropout=dropout, batch_first=True, dtype=dtype)
+    copy_weights(m, ref)
+    return ref.train(m.training)
+
+
+def _expected(m, n_heads, query, key, value, mask=None, dropout=0.0, dtype=torch.float64, ref=None):
+    """(output, per-head weights) from nn.MultiheadAttention. Its bool attn_mask has the opposite
+    polarity (True = NOT allowed), so it gets ~mask, expanded to [B * H, Tq, Tk]. Pass `ref`
+    (made by _torch_mha before a seeded block) to draw dropout from the seeded random numbers."""
+    ref = ref if ref is not None else _torch_mha(m, n_heads, dropout, dtype)
+    dtype = ref.in_proj_weight.dtype
+    batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
+    blocked = None
+    if mask is not None:
+        blocked = (~mask).expand(batch, n_heads, q_len, k_len).reshape(batch * n_heads, q_len, k_len)
+    out, weights = ref(query.to(dtype), key.to(dtype), value.to(dtype), attn_mask=blocked,
+                       need_weights=True, average_attn_weights=False)
+    return out.detach(), weights.detach()
+
+
+def _explicit(m, n_heads, query, key, value, mask=None, *, scale=None, value_from_key=False,
+              skip_wo=False, one_head=False, inverted=False, interleave=False,
+              zero_fill=False, mask_after=False, softmax_dim=-1, keep_scores=None, keep_weights=None,
+              keep_heads=None, keep_out=None):
+    """The formula in float64 with einsum; the keyword arguments reproduce known mistakes."""
+    def project(layer, x):
+        out = x.double() @ layer.weight.detach().double().T
+        return out if layer.bias is None else out + layer.bias.detach().double()
+    heads = 1 if one_head else n_heads
+    q, k = project(m.w_q, query), project(m.w_k, key)
+    v = project(m.w_v, key if value_from_key else value)
+    d_k = q.shape[-1] // heads
+    if interleave:
+        cut = lambda t: t.unflatten(-1, (d_k, heads)).transpose(-1, -2)  # noqa: E731
+    else:
+        cut = lambda t: t.unflatten(-1, (heads, d_k))  # noqa: E731
+    scores = torch.einsum("bqhd,bkhd->bhqk", cut(q), cut(k)) / math.sqrt(scale or d_k)
+    allowed = None if mask is None else (~mask if inverted else mask)
+    if allowed is not None and not mask_after:
+        scores = scores.masked_fill(~allowed, 0.0 if zero_fill else float("-inf"))
+    if keep_scores is not None:
+        scores = scores * keep_scores
+    weights = torch.softmax(scores, dim=softmax_dim).nan_to_num(0.0)
+    if allowed is not None and mask_after:
+        weights = weights.masked_fill(~allowed, 0.0)
+    dropped = weights if keep_weights is None else weights * keep_weights
+    per_head = torch.einsum("bhqk,bkhd->bqhd", dropped, cut(v))
+    merged = per_head.transpose(-1, -2).flatten(2) if interleave else per_head.flatten(2)
+    if keep_heads is not None:
+        merged = merged * keep_heads
+    out = merged if skip_wo else project(m.w_o, merged)
+    if keep_out is not None:
+        out = out * keep_out
+    return out, weights
+
+
+def compare(actual, expected, what, valid=None, mistakes=None, atol=2e-5):
+    """assert_close where `valid` (broadcastable bool) is True; elsewhere (query rows with no key to
+    attend to) any finite value is accepted."""
+    testing.check_tensor(actual, what, shape=expected.shape)
+    actual = actual.detach().double()
+    mistakes = dict(mistakes or {})
+    if valid is not None:
+        valid = valid.expand(actual.shape)
+        assert torch.isfinite(actual[~valid]).all(), (
+            f"{what} has NaN in a query row whose every key is masked: with -inf scores the softmax "
+            "divides 0 by 0. Use a large negative finite number (torch.finfo(scores.dtype).min), or "
+            "call scaled_dot_product_attention, which handles such rows")
+        expected = torch.where(valid, expected.double(), actual)
+        mistakes = {k: torch.where(valid, v.double(), actual) for k, v in mistakes.items()
+                    if v.shape == actual.shape}
+    testing.assert_close(actual, expected, what, atol=atol, rtol=1e-4, mistakes=mistakes)
+
+
+def call(namespace, mha, what, query, key, value, mask=None):
+    """The student's forward; an error becomes a message that names the call and the likely cause."""
+    try:
+        with finished_parts(namespace):
+            return mha(query, key, value, mask)
+    except Exception as error:
+        if isinstance(error, NotImplementedError):
+            raise
+        hint = ""
+        if mask is not None:
+            hint += (f" A mask of shape {list(mask.shape)} already broadcasts to [B, H, Tq, Tk]: pass it on "
+                     "as it is (no unsqueeze).")
+        if query.shape[1] != key.shape[1]:
+            hint += (" The query and the key have different lengths here (cross-attention): the keys come "
+                     "from w_k(key), the values from w_v(value), and the output has the query's length.")
+        raise AssertionError(f"{what} raised {type(error).__name__}: {error}.{hint}") from None
+
+
+def check_output(out, mha, n_heads, what, *args, mask=None, atol=2e-5):
+    """The output of ``mha(*args, mask)`` against nn.MultiheadAttention with the same weights."""
+    compare(out, _expected(mha, n_heads, *args, mask)[0], what, atol=atol)
+
+
+def check_values(namespace, mha, n_heads, what, query, key, value):
+    """Eval mode, no mask: the output against nn.MultiheadAttention, with the mistakes of the formula named."""
+    args = (query, key, value)
+    d_model = query.shape[-1]
+    out = call(namespace, mha, what, *args)
+    expected, _ = _expected(mha, n_heads, *args)
+    testing.check_tensor(out, what, dtype=torch.float32)
+    compare(out, expected, what, mistakes={
+        "the scores are divided by sqrt(d_model); each head divides by sqrt(d_k)":
+            _explicit(mha, n_heads, *args, scale=d_model)[0],
+        "the scores are not scaled: divide them by sqrt(d_k)": _explicit(mha, n_heads, *args, scale=1)[0],
+        "the scores are divided by d_k; divide them by sqrt(d_k)":
+            _explicit(mha, n_heads, *args, scale=(d_model // n_heads) ** 2)[0],
+        "the softmax runs over the queries (dim=-2); the weights of each query sum to 1 over the keys (dim=-1)":
+            _explicit(mha, n_heads, *args, softmax_dim=-2)[0],
+        "the values are projected from `key`: use w_v(value)": _explicit(mha, n_heads, *args, value_from_key=True)[0],
+        "w_o is not applied: the merged heads still go through the output projection":
+            _explicit(mha, n_heads, *args, skip_wo=True)[0],
+        "all d_model features form one head: split them into n_heads heads":
+            _explicit(mha, n_heads, *args, one_head=True)[0],
+        "the heads are interleaved; head h owns features h*d_k:(h+1)*d_k": _explicit(mha, n_heads, *args, interleave=True)[0],
+    })
+
+
+def check_mask(namespace, mha, n_heads, what, args, mask):
+    """Eval mode with ``mask``: rows with a key to attend to against nn.MultiheadAttention, the others finite."""
+    batch, q_rows = args[0].shape[0], args[0].shape[1]
+    try:
+        with finished_parts(namespace):
+            out = mha(*args, mask=mask)
+    except Exception as error:
+        if isinstance(error, NotImplementedError):
+            raise
+        raise AssertionError(f"{what} raised {type(error).__name__}: {error}. The mask already broadcasts "
+                             "to [B, H, Tq, Tk]: pass it on as it is") from None
+    full = mask.expand(batch, n_heads, q_rows, args[1].shape[1])
+    valid = full.any(-1).all(1)[..., None]               # [B, Tq, 1]: rows with a key in every head
+    expected, _ = _expected(mha, n_heads, *args, mask)
+    compare(out, expected, what, valid=valid, mistakes={
+        "the mask's polarity is inverted: True means 'may attend', False 'masked out'":
+            _explicit(mha, n_heads, *args, mask, inverted=True)[0],
+        "the mask is ignored: pass it to scaled_dot_product_attention": _explicit(mha, n_heads, *args)[0],
+        "masked scores are set to 0, which still gets weight after the softmax; fill them with a large "
+        "negative number": _explicit(mha, n_heads, *args, mask, zero_fill=True)[0],
+        "masked weights are zeroed after the softmax without renormalising, so the rows no longer sum "
+        "to 1; mask the scores before the softmax": _explicit(mha, n_heads, *args, mask, mask_after=True)[0],
+    })
+
+
+def check_attn(namespace, mha, n_heads, p, what, query, key, value, mask):
+    """`attn` after a forward in eval mode, then after one in train mode (dropout ``p``) on new queries: the
+    per-head weights before dropout (nn.MultiheadAttention returns them after dropout, which names that mistake)."""
+    batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
+    call(namespace, mha, what.replace("attn after ", ""), query, key, value, mask)
+    assert isinstance(mha.attn, torch.Tensor), "`attn` should hold the attention weights of the last forward"
+    if list(mha.attn.shape) == [batch, q_len, k_len] and n_heads > 1:
+        raise AssertionError(f"{what} has shape {[batch, q_len, k_len]}: the weights are averaged over the heads; "
+                             f"keep one map per head [B, H, Tq, Tk]")
+    _, weights = _expected(mha, n_heads, query, key, value, mask)
+    compare(mha.attn, weights, what, mistakes={
+        "the weights of the scores divided by sqrt(d_model); each head divides by sqrt(d_k)":
+            _explicit(mha, n_heads, query, key, value, mask, scale=query.shape[-1])[1],
+        "the weights ignore the mask": _explicit(mha, n_heads, query, key, value)[1],
+    })
+    query = torch.randn(batch, q_len, query.shape[-1])
+    _, weights = _expected(mha, n_heads, query, key, value, mask)
+    mha.train()
+    with testing.same_random_numbers(7):
+        call(namespace, mha, what.replace("attn after ", "") + " in train mode", query, key, value, mask)
+    ref = _torch_mha(mha, n_heads, dropout=p, dtype=torch.float32)
+    with testing.same_random_numbers(7):
+        _, dropped = _expected(mha, n_heads, query, key, value, mask, ref=ref)
+    compare(mha.attn, weights, what + " in train mode", mistakes={
+        "attn was stored after dropout; keep the weights before dropout": dropped})
+
+
+def _dropout_masks(shape, p, seed):
+    """What F.dropout keeps of a tensor of ones of ``shape`` with the random numbers of ``seed``."""
+    with testing.same_random_numbers(seed):
+        return F.dropout(torch.ones(shape), p)
+
+
+def check_dropout(out, mha, n_heads, p, what, query, key, value, mask, seed):
+    """Train mode: ``out`` (drawn with the random numbers of ``seed``) against nn.MultiheadAttention in train
+    mode, which draws its dropout of the weights from the same random numbers (one F.dropout over the
+    [B * H, Tq, Tk] weights)."""
+    batch, q_len, k_len, d_model = query.shape[0], query.shape[1], key.shape[1], query.shape[-1]
+    ref = _torch_mha(mha, n_heads, dropout=p, dtype=torch.float32)
+    with testing.same_random_numbers(seed):
+        expected, _ = _expected(mha, n_heads, query, key, value, mask, ref=ref)
+    keep_scores = _dropout_masks((batch, n_heads, q_len, k_len), p, seed)
+    keep_heads = _dropout_masks((batch, q_len, d_model), p, seed)
+    keep_out = _dropout_masks((batch, q_len, d_model), p, seed)
+    compare(out, expected, what, mistakes={
+        "dropout is never applied in train mode: pass self.dropout to scaled_dot_product_attention":
+            _explicit(mha, n_heads, query, key, value, mask)[0],
+        "dropout is applied to the scores before the softmax; it belongs on the weights after the softmax":
+            _explicit(mha, n_heads, query, key, value, mask, keep_scores=keep_scores)[0],
+        "dropout is applied to the heads' outputs; it belongs on the attention weights":
+            _explicit(mha, n_heads, query, key, value, mask, keep_heads=keep_heads)[0],
+        "dropout is applied to the output; it belongs on the attention weights":
+            _explicit(mha, n_heads, query, key, value, mask, keep_out=keep_out)[0],
+    })
+
+
+ANSWER_HELPERS = {"MultiHeadAttention": (_torch_mha, _expected, _explicit, _dropout_masks)}
