@@ -19,9 +19,13 @@ from torch import nn
 from transformer_course import Transformer
 from transformer_course.data import Vocab
 from transformer_course.train import main
-from transformer_course.training import (CONFIGS, _check_resumable, choose_device, evaluate, label_smoothing_loss,
-                                         linear_decay_lr, load_checkpoint, lr_scheduler, make_config, noam_lr,
-                                         save_checkpoint, train_step)
+from transformer_course.checkpoints import load_checkpoint, save_checkpoint
+from transformer_course.configs import CONFIGS, make_config
+from transformer_course.devices import choose_device
+from transformer_course.schedules import linear_decay_lr, lr_scheduler
+from transformer_course.teacher_forced import teacher_forced_scores
+from transformer_course.trainer import _check_resumable
+from transformer_course.training import label_smoothing_loss, noam_lr, train_step
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
@@ -192,12 +196,12 @@ def test_train_step_clips_the_gradient_norm():
     assert math.isclose((flat_params(model) - before).norm().item(), 0.01, rel_tol=1e-3)
 
 
-# ----------------------------------------------------------------------------- evaluate, checkpoints
+# ----------------------------------------------------------------------------- teacher-forced scores, checkpoints
 
 def test_evaluate_weights_every_token_once_and_keeps_the_mode():
     model = tiny_model(dropout=0.3).train()
     batches = [padded_batch(0, 1), padded_batch(0, 2, B=2, T=9)]
-    scores = evaluate(model, batches, pad_idx=0, smoothing=0.1)
+    scores = teacher_forced_scores(model, batches, pad_idx=0, smoothing=0.1)
     assert model.training
     model.eval()
     with torch.no_grad():

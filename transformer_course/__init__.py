@@ -16,7 +16,8 @@ from .masks import causal_mask, padding_mask, target_mask
 from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, PositionwiseFeedForward
 from .model import Transformer
 from .data import Vocab, build_vocab
-from .training import label_smoothing_loss, load_checkpoint, noam_lr, save_checkpoint, train_step
+from .training import label_smoothing_loss, noam_lr, train_step
+from .checkpoints import load_checkpoint, save_checkpoint
 from .decoding import beam_search, greedy_decode
 from .bleu import corpus_bleu
 # Gates the finished answers and imports the tests' oracles (which use own_work through testing): imported

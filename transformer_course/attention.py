@@ -35,7 +35,7 @@ def scaled_dot_product_attention(query, key, value, mask=None, dropout=None):
     if mask is not None:
         weights = weights.masked_fill(~mask, 0.0)
     dropped = dropout(weights) if dropout is not None else weights
-    return dropped @ value, weights
+    return dropped @ value, weights                                       # [..., Tq, d_v], [..., Tq, Tk]
 
 
 def _fused_attention(query, key, value, mask, dropout_p):
@@ -105,12 +105,14 @@ class MultiHeadAttention(nn.Module):
         return self.w_q(query), self.w_k(key), self.w_v(value)
 
     def forward(self, query, key, value, mask=None):
+        """query [B, Tq, d_model], key and value [B, Tk, d_model], mask broadcastable to [B, H, Tq, Tk]
+        -> [B, Tq, d_model]."""
         q, k, v = (split_heads(x, self.n_heads) for x in self.project(query, key, value))  # [B, H, T, d_k]
         if self.need_weights:
-            output, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)
+            output, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)   # [B, H, Tq, d_k]
             self.attn = weights.detach()  # kept for inspection, not for backprop
         else:
             dropout_p = self.dropout.p if self.training else 0.0
             output = _fused_attention(q, k, v, mask, dropout_p)
             self.attn = None
-        return self.w_o(merge_heads(output))
+        return self.w_o(merge_heads(output))                          # [B, H, Tq, d_k] -> [B, Tq, d_model]

@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from .cache import IncrementalDecoder, generate
 from .masks import causal_mask, padding_mask
 
-__all__ = ["greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree", "length_penalty", "strip_specials",
-           "translate", "top_k_filter", "top_p_filter", "sampling_distribution", "sample_decode"]
+__all__ = ["greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree", "wu_length_penalty",
+           "strip_specials", "translate", "top_k_filter", "top_p_filter", "sampling_distribution", "sample_decode"]
 
 
 def _next_log_probs(model, ys, memory, src_mask):
@@ -50,9 +50,14 @@ def greedy_decode(model, src, max_len, bos_idx, eos_idx):
     return ys
 
 
-def length_penalty(n, alpha):
+def wu_length_penalty(n, alpha):
     """Wu et al.'s lp = ((5 + n) / 6) ** alpha for a hypothesis of n tokens after <bos>."""
     return ((5 + n) / 6) ** alpha
+
+
+def _penalised(total, ids, alpha):
+    """A hypothesis' score: its sum of log-probabilities / lp, `ids` with <bos> first (n = len(ids) - 1)."""
+    return total / wu_length_penalty(len(ids) - 1, alpha)
 
 
 @torch.no_grad()
@@ -63,94 +68,79 @@ def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty
     highest sum of log-probabilities; those ending in <eos> are set aside as finished, the others stay
     live. The search stops when no hypothesis is live or the live ones have `max_len` ids. The answer is
     the finished or remaining hypothesis with the best sum / ((5 + n) / 6) ** length_penalty, n = ids
-    after <bos>. With beam_size=1 this is greedy decoding.
+    after <bos>: `length_penalty` is Wu et al.'s alpha. With beam_size=1 this is greedy decoding.
     """
     if src.dim() != 2 or src.size(0) != 1:
         raise ValueError(f"beam_search translates one sentence: src must have shape [1, S], got {list(src.shape)}")
     if beam_size < 1 or max_len < 1:
         raise ValueError(f"beam_size and max_len must be at least 1, got {beam_size} and {max_len}")
-    alpha = length_penalty
-    src_mask = padding_mask(src, model.pad_idx)
-    memory = model.encode(src, src_mask)
-    live = torch.full((1, 1), bos_idx, dtype=torch.long, device=src.device)     # [k, t]
-    live_scores = torch.zeros(1, dtype=torch.float64, device=src.device)        # sum of log-probs
-    finished = []                                                               # (sum, ids)
-    while live.size(0) and live.size(1) < max_len:
-        k = live.size(0)
-        log_probs = _next_log_probs(model, live, memory.expand(k, *memory.shape[1:]), src_mask)
+    return beam_search_batch(model, src, beam_size, max_len, bos_idx, eos_idx, alpha=length_penalty)[0]
+
+
+class _Beam:
+    """The search for one sentence: its live hypotheses, their sums of log-probabilities, the finished ones."""
+
+    def __init__(self, bos_idx, max_len, device):
+        self.live = torch.full((1, 1), bos_idx, dtype=torch.long, device=device)     # [k, t]
+        self.totals = torch.zeros(1, dtype=torch.float64, device=device)            # [k], sums of log-probs
+        self.finished = []                                                          # (sum, ids)
+        self.max_len = max_len
+
+    def searching(self):
+        return self.live.size(0) > 0 and self.live.size(1) < self.max_len
+
+    def extend(self, log_probs, beam_size, eos_idx, alpha):
+        """One step, given log P(next token) for each live hypothesis, log_probs [k, V] (float64)."""
         vocab_size = log_probs.size(-1)
-        candidates = (live_scores[:, None] + log_probs.double()).flatten()     # [k * vocab]
-        scores, index = candidates.topk(min(beam_size, candidates.numel()))
+        candidates = (self.totals[:, None] + log_probs).flatten()                  # [k * V]
+        totals, index = candidates.topk(min(beam_size, candidates.numel()))
         rows, tokens = index // vocab_size, index % vocab_size
-        extended = torch.cat([live[rows], tokens[:, None]], dim=1)
+        extended = torch.cat([self.live[rows], tokens[:, None]], dim=1)             # [beam_size, t + 1]
         ended = tokens == eos_idx
-        finished += zip(scores[ended].tolist(), extended[ended].tolist())
-        live, live_scores = extended[~ended], scores[~ended]
-        if finished and live.size(0) and alpha >= 0:
-            # Stop early when no live hypothesis can beat the best finished one any more: log-probabilities are
-            # <= 0, so a descendant's sum is at most its ancestor's, and the penalty is at most lp(max_len - 1).
-            # The answer is the same as when searching on to max_len (which the contract describes).
-            best_finished = max(total / length_penalty_of(ids, alpha) for total, ids in finished)
-            if live_scores.max().item() / ((5 + max_len - 1) / 6) ** alpha <= best_finished:
-                live, live_scores = live[:0], live_scores[:0]
-    hypotheses = finished + list(zip(live_scores.tolist(), live.tolist()))
-    best = max(hypotheses, key=lambda h: h[0] / length_penalty_of(h[1], alpha))
-    return best[1]
+        self.finished += zip(totals[ended].tolist(), extended[ended].tolist())
+        self.live, self.totals = extended[~ended], totals[~ended]
+        if self._cannot_improve(alpha):
+            self.live, self.totals = self.live[:0], self.totals[:0]
 
+    def _cannot_improve(self, alpha):
+        """Whether no live hypothesis can beat the best finished one any more: log-probabilities are <= 0, so
+        a descendant's sum is at most its ancestor's, and the penalty is at most lp(max_len - 1). Stopping
+        then gives the same answer as searching on to max_len (which the contract describes)."""
+        if not (self.finished and self.live.size(0) and alpha >= 0):
+            return False
+        best_finished = max(_penalised(total, ids, alpha) for total, ids in self.finished)
+        return self.totals.max().item() / wu_length_penalty(self.max_len - 1, alpha) <= best_finished
 
-def length_penalty_of(ids, alpha):
-    """lp of a hypothesis given as its ids, <bos> included (n = len(ids) - 1)."""
-    return ((5 + len(ids) - 1) / 6) ** alpha
+    def best(self, alpha):
+        """The finished or remaining hypothesis with the best penalised score, as a list of ids."""
+        hypotheses = self.finished + list(zip(self.totals.tolist(), self.live.tolist()))
+        return max(hypotheses, key=lambda h: _penalised(*h, alpha))[1]
 
 
 @torch.no_grad()
-def beam_search_batch(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty=0.6):
+def beam_search_batch(model, src, beam_size, max_len, bos_idx, eos_idx, alpha=0.6):
     """`beam_search` for every sentence of a padded batch src [B, S] at once: a list of B id lists.
 
-    Each sentence is searched exactly as `beam_search` does it, with `max_len` (an int, or one per sentence);
-    only the decoder runs on the live hypotheses of all sentences together (they all have the same length
-    at a given step), which is much faster than one sentence at a time.
+    Each sentence is searched exactly as `beam_search` describes it, with `max_len` (an int, or one per
+    sentence) and length penalty `alpha`; only the decoder runs on the live hypotheses of all sentences
+    together (they all have the same length at a given step), which is much faster than one at a time.
     """
     if src.dim() != 2:
         raise ValueError(f"src must be a [batch, seq] tensor of ids, got shape {list(src.shape)}")
-    alpha, n_sentences = length_penalty, src.size(0)
-    max_lens = [max_len] * n_sentences if isinstance(max_len, int) else [int(m) for m in max_len]
-    if beam_size < 1 or len(max_lens) != n_sentences or min(max_lens) < 1:
+    max_lens = [max_len] * src.size(0) if isinstance(max_len, int) else [int(m) for m in max_len]
+    if beam_size < 1 or len(max_lens) != src.size(0) or min(max_lens) < 1:
         raise ValueError(f"beam_size and max_len must be at least 1 (max_len: an int or one per sentence), "
                          f"got {beam_size} and {max_len}")
-    src_mask = padding_mask(src, model.pad_idx)
-    memory = model.encode(src, src_mask)
-    live = [torch.full((1, 1), bos_idx, dtype=torch.long, device=src.device) for _ in range(n_sentences)]
-    live_scores = [torch.zeros(1, dtype=torch.float64, device=src.device) for _ in range(n_sentences)]
-    finished = [[] for _ in range(n_sentences)]
-    length = 1
-    while True:
-        active = [b for b in range(n_sentences) if live[b].size(0) and length < max_lens[b]]
-        if not active:
-            break
-        owner = torch.tensor([b for b in active for _ in range(live[b].size(0))], device=src.device)
-        log_probs = _next_log_probs(model, torch.cat([live[b] for b in active]), memory[owner], src_mask[owner])
-        log_probs = log_probs.double().split([live[b].size(0) for b in active])
-        for b, lp in zip(active, log_probs):
-            vocab_size = lp.size(-1)
-            candidates = (live_scores[b][:, None] + lp).flatten()
-            scores, index = candidates.topk(min(beam_size, candidates.numel()))
-            rows, tokens = index // vocab_size, index % vocab_size
-            extended = torch.cat([live[b][rows], tokens[:, None]], dim=1)
-            ended = tokens == eos_idx
-            finished[b] += zip(scores[ended].tolist(), extended[ended].tolist())
-            live[b], live_scores[b] = extended[~ended], scores[~ended]
-            if finished[b] and live[b].size(0) and alpha >= 0:     # the same early stop as beam_search
-                best_finished = max(total / length_penalty_of(ids, alpha) for total, ids in finished[b])
-                if live_scores[b].max().item() / ((5 + max_lens[b] - 1) / 6) ** alpha <= best_finished:
-                    live[b] = live[b][:0]
-                    live_scores[b] = live_scores[b][:0]
-        length += 1
-    answers = []
-    for b in range(n_sentences):
-        hypotheses = finished[b] + list(zip(live_scores[b].tolist(), live[b].tolist()))
-        answers.append(max(hypotheses, key=lambda h: h[0] / length_penalty_of(h[1], alpha))[1])
-    return answers
+    src_mask = padding_mask(src, model.pad_idx)                                     # [B, 1, 1, S]
+    memory = model.encode(src, src_mask)                                            # [B, S, d_model]
+    beams = [_Beam(bos_idx, limit, src.device) for limit in max_lens]
+    while active := [(b, beam) for b, beam in enumerate(beams) if beam.searching()]:
+        owner = torch.tensor([b for b, beam in active for _ in range(beam.live.size(0))], device=src.device)
+        ys = torch.cat([beam.live for _, beam in active])                           # [sum of k, t]
+        log_probs = _next_log_probs(model, ys, memory[owner], src_mask[owner]).double()
+        for (_, beam), rows in zip(active, log_probs.split([beam.live.size(0) for _, beam in active])):
+            beam.extend(rows, beam_size, eos_idx, alpha)
+    return [beam.best(alpha) for beam in beams]
 
 
 @torch.no_grad()

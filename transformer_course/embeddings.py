@@ -32,6 +32,7 @@ class TokenEmbedding(nn.Module):
         self.d_model = d_model
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids [B, T] -> vectors [B, T, d_model]."""
         return self.embedding(tokens) * math.sqrt(self.d_model)
 
 
@@ -45,6 +46,7 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", positional_encoding(max_len, d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Embeddings x [B, T, d_model] -> x + pe[:T] [B, T, d_model], then dropout."""
         length, max_len = x.size(1), self.pe.size(0)
         if length > max_len:
             raise ValueError(f"sequence length {length} exceeds max_len={max_len}; build PositionalEncoding with a larger max_len")

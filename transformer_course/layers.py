@@ -23,6 +23,7 @@ class LayerNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x):
+        """x [..., d_model] -> the same shape, each vector normalised."""
         # F.layer_norm is exactly the formula above, fused into one kernel forward and backward:
         # about 10x faster than writing it out, which matters with 2-3 norms in every layer.
         return F.layer_norm(x, self.gamma.shape, self.gamma, self.beta, self.eps)
@@ -38,6 +39,7 @@ class PositionwiseFeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x):
+        """x [B, T, d_model] -> [B, T, d_ff] inside -> [B, T, d_model]."""
         return self.linear2(self.dropout(F.relu(self.linear1(x))))
 
 
@@ -61,6 +63,7 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x, src_mask=None):
+        """x [B, S, d_model], src_mask [B, 1, 1, S] (or broadcastable) -> [B, S, d_model]."""
         x = residual(x, lambda y: self.self_attn(y, y, y, src_mask), self.norm1, self.dropout, self.norm_first)
         return residual(x, self.feed_forward, self.norm2, self.dropout, self.norm_first)
 
@@ -80,6 +83,8 @@ class DecoderLayer(nn.Module):
         self.norm_first = norm_first
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        """x [B, T, d_model], memory [B, S, d_model], src_mask [B, 1, 1, S], tgt_mask [B, 1, T, T]
+        -> [B, T, d_model]."""
         x = residual(x, lambda y: self.self_attn(y, y, y, tgt_mask), self.norm1, self.dropout, self.norm_first)
         # Queries come from the target, keys and values from the source: src_mask hides source padding.
         x = residual(x, lambda y: self.cross_attn(y, memory, memory, src_mask),
@@ -97,6 +102,7 @@ class Encoder(nn.Module):
         self.norm = LayerNorm(d_model) if norm_first else None
 
     def forward(self, x, src_mask=None):
+        """Embedded source x [B, S, d_model] -> memory [B, S, d_model]."""
         for layer in self.layers:
             x = layer(x, src_mask)
         return x if self.norm is None else self.norm(x)
@@ -111,6 +117,7 @@ class Decoder(nn.Module):
         self.norm = LayerNorm(d_model) if norm_first else None
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        """Embedded target x [B, T, d_model], memory [B, S, d_model] -> decoder states [B, T, d_model]."""
         for layer in self.layers:
             x = layer(x, memory, src_mask, tgt_mask)
         return x if self.norm is None else self.norm(x)

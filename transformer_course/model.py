@@ -1,4 +1,23 @@
-"""The full encoder-decoder Transformer of "Attention Is All You Need" (notebook 06)."""
+"""The full encoder-decoder Transformer of "Attention Is All You Need" (notebook 06).
+
+Reading order. The model is assembled from the package's other files, bottom up, as the notebooks build it:
+
+    embeddings.py   positional_encoding, TokenEmbedding, PositionalEncoding        notebook 01
+    attention.py    scaled_dot_product_attention                                   notebook 02
+    masks.py        padding_mask, causal_mask, target_mask                         notebook 03
+    attention.py    split_heads, merge_heads, MultiHeadAttention                   notebook 04
+    layers.py       LayerNorm, PositionwiseFeedForward                             notebook 05
+    layers.py       residual, EncoderLayer, DecoderLayer, Encoder, Decoder         notebook 06
+    model.py        Transformer (this file)                                        notebook 06
+
+One forward pass, with its shapes (B sentences, S source tokens, T target tokens, D = d_model):
+
+    src [B, S] -> src_embed, pos_encoding -> [B, S, D] -> encoder -> memory [B, S, D]
+    tgt [B, T] -> tgt_embed, pos_encoding -> [B, T, D] -> decoder (reads memory) -> [B, T, D]
+               -> generator -> logits [B, T, tgt_vocab_size]
+
+Translating (decoding.py, cache.py) calls `encode` once per sentence and `decode` once per new token.
+"""
 from torch import nn
 
 from .attention import MultiHeadAttention
@@ -40,15 +59,19 @@ class Transformer(nn.Module):
             nn.init.normal_(self.src_embed.embedding.weight, std=d_model ** -0.5)
 
     def encode(self, src, src_mask):
+        """Source ids [B, S], src_mask [B, 1, 1, S] -> memory [B, S, d_model]."""
         return self.encoder(self.pos_encoding(self.src_embed(src)), src_mask)
 
     def decode(self, tgt, memory, src_mask, tgt_mask):
+        """Target ids [B, T], memory [B, S, d_model], src_mask [B, 1, 1, S], tgt_mask [B, 1, T, T]
+        -> decoder states [B, T, d_model] (the generator turns them into logits)."""
         return self.decoder(self.pos_encoding(self.tgt_embed(tgt)), memory, src_mask, tgt_mask)
 
     def forward(self, src, tgt):
+        """Source ids [B, S], target ids [B, T] -> next-token logits [B, T, tgt_vocab_size]."""
         src_mask = padding_mask(src, self.pad_idx)   # [B, 1, 1, S]
         tgt_mask = target_mask(tgt, self.pad_idx)    # [B, 1, T, T]
-        memory = self.encode(src, src_mask)
+        memory = self.encode(src, src_mask)           # [B, S, d_model]
         return self.generator(self.decode(tgt, memory, src_mask, tgt_mask))
 
     def set_need_weights(self, need_weights):

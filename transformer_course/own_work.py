@@ -55,9 +55,9 @@ FINISHED = {
     "build_vocab": (data.build_vocab,),
     "label_smoothing_loss": (training.label_smoothing_loss,),
     "noam_lr": (training.noam_lr,),
-    "train_step": (training.train_step, training._amp_train_step),
+    "train_step": (training.train_step, training.amp_train_step),
     "greedy_decode": (decoding.greedy_decode, decoding._next_log_probs),
-    "beam_search": (decoding.beam_search, decoding.beam_search_batch, decoding.beam_search_tree),
+    "beam_search": (decoding.beam_search, decoding.beam_search_batch, decoding._Beam, decoding.beam_search_tree),
     "corpus_bleu": (bleu.corpus_bleu, bleu.bleu_statistics),
 }
 

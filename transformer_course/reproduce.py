@@ -23,7 +23,10 @@ import torch
 from .data import Multi30kError
 from .evaluate import evaluate
 from .train import add_run_options
-from .training import RECIPE_FILE, choose_device, load_checkpoint, load_config, train
+from .checkpoints import load_checkpoint
+from .configs import RECIPE_FILE, load_config
+from .devices import choose_device
+from .trainer import train
 
 
 def parser():
@@ -72,6 +75,24 @@ def results_table(results):
             f"sacreBLEU signature: `{test['signature']}`\n")
 
 
+def choose_on_val(out, config, device, fetch_options, args):
+    """Model selection on the validation set only: the averaged weights or the best single epoch, and the
+    length penalty when the configuration lists several. Returns (checkpoint name, alpha, the val figures)."""
+    candidates = [(name, alpha) for name in ("averaged.pt", "best.pt") if (out / name).exists()
+                  for alpha in alphas(config)]
+    val_scores = {}
+    for name, alpha in candidates:
+        val_scores[name, alpha] = score(out / name, "val", config, alpha, device, fetch_options, args.progress,
+                                        args.limit).report
+        print(f"val  {name:12s} alpha {alpha:.1f}   sacreBLEU {val_scores[name, alpha].sacrebleu:6.2f}   "
+              f"lowercased tokenised BLEU {val_scores[name, alpha].tokenized_lower:6.2f}")
+    chosen, alpha = max(candidates, key=lambda candidate: val_scores[candidate].sacrebleu)
+    validation = {f"{name} alpha={a}": {"sacrebleu": round(r.sacrebleu, 2),
+                                        "tokenized_lower_bleu": round(r.tokenized_lower, 2)}
+                  for (name, a), r in val_scores.items()}
+    return chosen, alpha, validation
+
+
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.threads:
@@ -91,22 +112,7 @@ def main(argv=None):
         print(f"training stopped before the end ({log.get('stopped')}): run again with --resume", file=sys.stderr)
         return 1
     device = choose_device(args.device)
-
-    # Model selection on the validation set only: the averaged weights or the best single epoch, and the
-    # length penalty when the configuration lists several.
-    candidates = [(name, alpha) for name in ("averaged.pt", "best.pt") if (out / name).exists()
-                  for alpha in alphas(config)]
-    val_scores = {}
-    for name, alpha in candidates:
-        val_scores[name, alpha] = score(out / name, "val", config, alpha, device, fetch_options, args.progress,
-                                        args.limit).report
-        print(f"val  {name:12s} alpha {alpha:.1f}   sacreBLEU {val_scores[name, alpha].sacrebleu:6.2f}   "
-              f"lowercased tokenised BLEU {val_scores[name, alpha].tokenized_lower:6.2f}")
-    chosen, alpha = max(candidates, key=lambda candidate: val_scores[candidate].sacrebleu)
-    validation = {f"{name} alpha={a}": {"sacrebleu": round(r.sacrebleu, 2),
-                                        "tokenized_lower_bleu": round(r.tokenized_lower, 2)}
-                  for (name, a), r in val_scores.items()}
-
+    chosen, alpha, validation = choose_on_val(out, config, device, fetch_options, args)
     test = score(out / chosen, "test", config, alpha, device, fetch_options, args.progress, args.limit)
     report = test.report
     (out / "test_translations.txt").write_text("".join(t + "\n" for t in test.texts), encoding="utf-8")

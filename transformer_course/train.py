@@ -5,7 +5,7 @@
     python -m transformer_course.train --mode full --out runs/full --resume     # go on after an interruption
 
 Writes OUT/best.pt (the weights with the best validation loss), OUT/last.pt (to resume) and OUT/log.json
-(losses and timings). Load a checkpoint with transformer_course.training.load_checkpoint. Every setting of
+(losses and timings). Load a checkpoint with transformer_course.checkpoints.load_checkpoint. Every setting of
 the mode can be changed with an option (see --help); `--max-train-pairs 0` means all 29,000 pairs.
 """
 import argparse
@@ -15,7 +15,9 @@ import sys
 import torch
 
 from .data import Multi30kError
-from .training import CONFIGS, SCHEDULES, load_checkpoint, make_config, train  # noqa: F401  (load_checkpoint: see above)
+from .configs import CONFIGS, make_config
+from .schedules import SCHEDULES
+from .trainer import train
 
 # option -> (section, key, type)
 OVERRIDES = {
