@@ -14,7 +14,7 @@ from grading import ROOT, SOLUTIONS, nbgrader_cells
 from autograder.feedback import HIDDEN_NOTE, hidden_text, own_text, scrub
 
 ASSIGNMENT = "07_training"
-HINT = "the update used the learning rate of the next step: call scheduler.step() after optimizer.step()"
+HINT = "the scheduler moved on before the update: call scheduler.step() after optimizer.step()"
 # the mistake the hint is for: the scheduler steps before the optimizer
 WRONG_ORDER = ("    optimizer.step()\n    if scheduler is not None:\n        scheduler.step()\n",
                "    if scheduler is not None:\n        scheduler.step()\n    optimizer.step()\n")
