@@ -6,18 +6,16 @@ had recorded. The tiny problem set of test_grader.py keeps this quick.
 """
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
 import nbformat
 import pytest
 
 from autograder import CONFIG
 from autograder.sandbox import sandbox_available
+from grading import dask_client, dask_cluster, kill_group
 from test_grader import ASSIGNMENT, CORRECT_ADD, CORRECT_MUL, answer, source_notebook
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
@@ -31,8 +29,6 @@ READS_ITS_FILE = CORRECT_ADD + "\nprint(open('data.txt').read())"
 STUDENTS = {"ada": (READS_ITS_FILE, CORRECT_MUL, 1, 1), "ben": (WRONG_ADD, CORRECT_MUL, 0, 1),
             "cy": (CORRECT_ADD, WRONG_MUL, 1, 0)}
 EXPECTED = {s: {"test_add": add, "test_mul": mul} for s, (_, _, add, mul) in STUDENTS.items()}
-SCHEDULER = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
-WORKER = [sys.executable, "-m", "distributed.cli.dask_worker"]
 
 
 @pytest.fixture(scope="module")
@@ -59,53 +55,11 @@ def course(template, tmp_path):
     return tmp_path / "course"
 
 
-@dataclass
-class Cluster:
-    address: str
-    processes: list      # the scheduler's and the workers' (each the leader of its own process group)
-
-
-def _start(command, folder):
-    return subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def cluster(tmp_path):
     """A scheduler and two workers, w1 and w2, on localhost, in folders outside the course."""
-    address = f"tcp://127.0.0.1:{_free_port()}"
-    processes = [_start(SCHEDULER + ["--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1], "--no-dashboard"],
-                        tmp_path)]
-    for name in ("w1", "w2"):
-        (tmp_path / name).mkdir()
-        processes.append(_start(WORKER + [address, "--name", name, "--nthreads", "1", "--no-dashboard", "--host",
-                                          "127.0.0.1"], tmp_path / name))
-    try:
-        with client_of(address) as client:
-            client.wait_for_workers(2, timeout=120)
-        yield Cluster(address, processes)
-    finally:
-        for process in processes:
-            _kill(process)
-
-
-def client_of(address):
-    from distributed import Client
-    return Client(address, timeout="60s", set_as_default=False)
-
-
-def _kill(process):
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
+    with dask_cluster(tmp_path, workers=2) as running:
+        yield running
 
 
 def grade_command(*options):
@@ -169,7 +123,7 @@ def test_a_worker_killed_in_the_middle_of_a_batch_loses_nothing_and_grades_nothi
 def _kill_a_busy_worker(cluster):
     """Kill (SIGKILL, the worker and its kernels) a worker as soon as it is executing a submission:
     (its index in cluster.processes, the task it was executing)."""
-    with client_of(cluster.address) as client:
+    with dask_client(cluster.address) as client:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
@@ -178,7 +132,7 @@ def _kill_a_busy_worker(cluster):
                 name, task = busy[0]
                 victim = 1 + ["w1", "w2"].index(name)
                 time.sleep(1)   # into the execution: the kernel is starting or running
-                _kill(cluster.processes[victim])
+                kill_group(cluster.processes[victim])
                 return victim, task
             time.sleep(0.1)
     pytest.fail("no worker ever executed a submission")
@@ -193,7 +147,7 @@ def test_an_interrupted_run_resumes_without_regrading_what_it_recorded(course):
         if line.strip().startswith("recorded "):
             first.append(line.split()[1])
             break
-    _kill(grader)
+    kill_group(grader)
     assert first, "the grader recorded nothing before it was stopped"
     resumed = grade(course, "--resume", "--workers", "2")
     assert first[0] not in recorded(resumed), resumed
