@@ -193,8 +193,8 @@ class _Batch:
         error = self.record_step(self.assignment, student)
         if error:
             self.log(f"  {student}: nbgrader could not record the grades:\n{error}")
-            self._fail(student, f"nbgrader could not record the grades: {error.splitlines()[-1]}")
-        elif executed:
+            return self._fail(student, f"nbgrader could not record the grades: {error.splitlines()[-1]}")
+        if executed:
             _mark_done(self.staging, self.course, student, self.reports[student])
         seconds = sum(r.seconds for r in self.reports[student].values())
         self.log(f"  recorded {student} (executed in {seconds:.0f} s)")
