@@ -3,6 +3,7 @@ its CourseDirectory.db_url says, by default gradebook.db there):
 
     python -m autograder release [ASSIGNMENT ...]     regenerate notebooks/ from solutions/ (course maintainers)
     python -m autograder grade ASSIGNMENT             grade every submission, sandboxed and in parallel
+                                   [--scheduler tcp://HOST:8786]  on a Dask cluster's workers
     python -m autograder feedback ASSIGNMENT          one HTML page per student and notebook, no test code
     python -m autograder check NOTEBOOK.ipynb         a student's check: what the grader will make of it
     python -m autograder similarity ASSIGNMENT        near-identical answers, ranked, for a person to judge
@@ -15,6 +16,32 @@ from pathlib import Path
 from .release import release_course
 from .sandbox import Limits
 from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
+
+
+def _grade_arguments(grade):
+    """The options of `grade`: where, who, on which workers, and the limits (their defaults are Limits')."""
+    grade.add_argument("assignment")
+    grade.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
+    grade.add_argument("--student", action="append", dest="students", help="grade only this student (repeatable)")
+    grade.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                       help="submissions executed at once on this machine (default: one per core, %(default)s)")
+    grade.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                       help="execute the submissions on the workers of this Dask scheduler (each with the course's "
+                            "environment and bubblewrap); repair, sanitize and record stay here")
+    grade.add_argument("--resume", action="store_true",
+                       help="keep the submissions an earlier, interrupted run recorded, unless they changed since")
+    grade.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout, help="seconds per cell (default: %(default)s)")
+    grade.add_argument("--notebook-timeout", type=float, default=Limits.total_timeout,
+                       help="seconds per notebook, all cells together (default: %(default)s)")
+    grade.add_argument("--memory", type=int, default=Limits.memory_mb, help="MB of memory per submission (default: %(default)s)")
+    grade.add_argument("--processes", type=int, default=Limits.processes,
+                       help="processes and threads per submission (default: %(default)s)")
+    grade.add_argument("--output", type=int, default=Limits.output_bytes,
+                       help="bytes of output kept per cell; more stops the cell (default: %(default)s)")
+    grade.add_argument("--full-training", action="store_true",
+                       help="run the training demos at full length (default: COURSE_SMOKE=1, a few steps)")
+    grade.add_argument("--unsafe-no-sandbox", action="store_true",
+                       help="run student code without bubblewrap, with your rights (only where it cannot be installed)")
 
 
 def build_parser():
@@ -30,23 +57,7 @@ def build_parser():
 
     grade = commands.add_parser("grade", help="grade submitted/*/ASSIGNMENT into the gradebook, grades-ASSIGNMENT.csv "
                                               "(per notebook) and grades-ASSIGNMENT-cells.csv (per cell)")
-    grade.add_argument("assignment")
-    grade.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
-    grade.add_argument("--student", action="append", dest="students", help="grade only this student (repeatable)")
-    grade.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                       help="submissions executed at once (default: one per core, %(default)s)")
-    grade.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout, help="seconds per cell (default: %(default)s)")
-    grade.add_argument("--notebook-timeout", type=float, default=Limits.total_timeout,
-                       help="seconds per notebook, all cells together (default: %(default)s)")
-    grade.add_argument("--memory", type=int, default=Limits.memory_mb, help="MB of memory per submission (default: %(default)s)")
-    grade.add_argument("--processes", type=int, default=Limits.processes,
-                       help="processes and threads per submission (default: %(default)s)")
-    grade.add_argument("--output", type=int, default=Limits.output_bytes,
-                       help="bytes of output kept per cell; more stops the cell (default: %(default)s)")
-    grade.add_argument("--full-training", action="store_true",
-                       help="run the training demos at full length (default: COURSE_SMOKE=1, a few steps)")
-    grade.add_argument("--unsafe-no-sandbox", action="store_true",
-                       help="run student code without bubblewrap, with your rights (only where it cannot be installed)")
+    _grade_arguments(grade)
 
     feedback = commands.add_parser("feedback", help="write feedback/STUDENT/ASSIGNMENT/NOTEBOOK.html")
     feedback.add_argument("assignment")
@@ -90,7 +101,8 @@ def main(argv=None):
         env = {"COURSE_SMOKE": "0"} if args.full_training else {}
         try:
             grade_assignment(args.course, args.assignment, workers=args.workers, limits=limits,
-                             students=args.students, sandbox=not args.unsafe_no_sandbox, env=env)
+                             students=args.students, sandbox=not args.unsafe_no_sandbox, env=env,
+                             scheduler=args.scheduler, resume=args.resume)
         except GradingError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

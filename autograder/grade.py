@@ -13,22 +13,25 @@ grading steps, and moves only the execution out of nbgrader:
 3. **execute** the sanitized notebooks run in parallel, each in its own sandbox (bubblewrap: no network,
    no view of anything but the submission's own files, limits on time, memory, processes and output;
    see sandbox.py and execute.py). The notebook itself never enters the sandbox, so the hidden tests
-   cannot be read from disk.
+   cannot be read from disk. The workers are local processes, or a Dask cluster's (dispatch.py): each
+   gets a submission as bytes and sends the executed notebooks back.
 4. **record** ``nbgrader autograde --force`` runs again with its Execute step replaced by
    ``ReplayExecution``, which pastes in the outputs of step 3: nbgrader scores the cells and writes
    the gradebook and ``autograded/`` as it would have after executing them itself.
+
+The steps overlap: a submission goes to a worker as soon as it is sanitized, and is recorded as soon as its
+result is back, while the workers run the others. A recorded submission is marked done
+(``.autograder/ASSIGNMENT/done/STUDENT.json``), so that ``resume`` skips it if it has not changed.
 
 Finally ``grades-ASSIGNMENT.csv`` (one row per student and notebook), ``grades-ASSIGNMENT-cells.csv`` (one
 row per student and graded cell) and ``.autograder/ASSIGNMENT/report.json`` (repairs, broken cells, errors:
 what the feedback shows). Grading some students (``--student``) keeps the others' rows and reports.
 """
-import concurrent.futures
 import csv
+import hashlib
 import json
-import multiprocessing
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,7 +39,7 @@ from pathlib import Path
 import nbformat
 from traitlets import Unicode
 
-from .execute import execute_notebook
+from .dispatch import ClusterError, open_pool, submission_payload
 from .repair import RepairError, repair_file
 from .sandbox import Limits, sandbox_available
 
@@ -83,18 +86,6 @@ def open_gradebook(course):
     return Gradebook(coursedir.db_url, coursedir.course_id)
 
 
-def _autograde(course, assignment, students, log, **overrides):
-    """Run nbgrader's autograde for each student (one at a time: the gradebook is one SQLite file)."""
-    api = _nbgrader_api(course, **overrides)
-    failures = {}
-    for student in students:
-        result = api.autograde(assignment, student, force=True, create=True)
-        if not result["success"]:
-            failures[student] = (result.get("error") or result.get("log") or "nbgrader autograde failed").strip()
-            log(f"  {student}: nbgrader could not process the submission:\n{failures[student]}")
-    return failures
-
-
 def _replay_preprocessor():
     """The Execute step of the record phase (defined lazily: nbgrader is imported only when grading)."""
     from nbgrader.preprocessors import NbGraderPreprocessor
@@ -124,7 +115,7 @@ def _replay_preprocessor():
     return ReplayExecution
 
 
-# ----------------------------------------------------------------------------- one student's execution
+# ----------------------------------------------------------------------------- one run's submissions
 
 @dataclass
 class NotebookReport:
@@ -135,22 +126,142 @@ class NotebookReport:
     seconds: float = 0.0
 
 
-def _execute_student(sanitized_dir, executed_dir, limits, env, sandbox):
-    """Execute one student's sanitized notebooks in a sandbox each; returns {notebook: (problems, seconds)}."""
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="autograder-") as scratch:
-        for path in sorted(Path(sanitized_dir).glob("*.ipynb")):
-            workdir = Path(scratch) / path.stem
-            # The student's other files (data, modules they wrote), never the notebook: it holds the hidden tests.
-            shutil.copytree(sanitized_dir, workdir, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
-            started = time.perf_counter()
-            notebook = nbformat.read(path, as_version=4)
-            executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox)
-            Path(executed_dir).mkdir(parents=True, exist_ok=True)
-            nbformat.write(executed, Path(executed_dir) / path.name)
-            results[path.stem] = ([asdict(p) for p in problems], round(time.perf_counter() - started, 2))
-            shutil.rmtree(workdir, ignore_errors=True)
-    return results
+def _nbgrader_step(course, **overrides):
+    """A function (assignment, student) -> "" or nbgrader's error: one `nbgrader autograde --force` with
+    `overrides`. Students go one at a time: the gradebook is one SQLite file."""
+    api = _nbgrader_api(course, **overrides)
+
+    def run(assignment, student):
+        started = time.perf_counter()
+        result = api.autograde(assignment, student, force=True, create=True)
+        run.seconds += time.perf_counter() - started
+        if result["success"]:
+            return ""
+        return (result.get("error") or result.get("log") or "nbgrader autograde failed").strip()
+
+    run.seconds = 0.0    # spent in nbgrader so far: the part of grading that stays on this machine
+    return run
+
+
+class _Batch:
+    """The submissions of one run: each repaired and sanitized here, executed by a pool's worker, and
+    recorded here (the gradebook stays on this machine) as soon as its result is back."""
+
+    def __init__(self, course, assignment, release, students, log):
+        self.course, self.assignment, self.log = course, assignment, log
+        self.release, self.staging = release, course / STAGING / assignment
+        self.stage = _clear_stages(self.staging, students)
+        notebooks = sorted(p.stem for p in release.glob("*.ipynb"))
+        self.reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
+        relative = {name: os.path.relpath(path, course) for name, path in self.stage.items()}
+        self.sanitize = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["repaired"],
+                                                  "CourseDirectory.autograded_directory": relative["sanitized"],
+                                                  "Autograde.autograde_preprocessors": []})
+        self.record_step = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["repaired"],
+                                                     "Autograde.autograde_preprocessors": _recording_preprocessors(),
+                                                     "ReplayExecution.executed_directory": str(self.stage["executed"])})
+
+    def prepare(self, student):
+        """Repair and sanitize one submission: (notebooks, files) for a worker, or None if nbgrader cannot read it."""
+        _repair_student(self.course / "submitted" / student / self.assignment, self.release,
+                        self.stage["repaired"] / student / self.assignment, self.reports[student])
+        error = self.sanitize(self.assignment, student)
+        if error:
+            self.log(f"  {student}: nbgrader could not process the submission:\n{error}")
+            self._fail(student, f"nbgrader could not read the submission: {error.splitlines()[-1]}")
+            return None
+        return submission_payload(self.stage["sanitized"] / student / self.assignment)
+
+    def take(self, student, future):
+        """Keep a finished execution's notebooks for the record step; whether the execution succeeded."""
+        try:
+            results = future.result()
+        except Exception as error:  # the grader's own failure for one student must not stop the batch
+            self.log(f"  {student}: execution failed: {error!r}")
+            self._fail(student, f"the grader could not execute the submission: {error!r}")
+            return False
+        folder = self.stage["executed"] / student / self.assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        for notebook, result in results.items():
+            (folder / f"{notebook}.ipynb").write_bytes(result["notebook"])
+            self.reports[student][notebook].problems += result["problems"]
+            self.reports[student][notebook].seconds = result["seconds"]
+        return True
+
+    def record(self, student, executed):
+        """Score one student's notebooks into the gradebook; an executed one that recorded is marked done."""
+        error = self.record_step(self.assignment, student)
+        if error:
+            self.log(f"  {student}: nbgrader could not record the grades:\n{error}")
+            return self._fail(student, f"nbgrader could not record the grades: {error.splitlines()[-1]}")
+        if executed:
+            _mark_done(self.staging, self.course, student, self.reports[student])
+        seconds = sum(r.seconds for r in self.reports[student].values())
+        self.log(f"  recorded {student} (executed in {seconds:.0f} s)")
+
+    @property
+    def nbgrader_seconds(self):
+        return self.sanitize.seconds + self.record_step.seconds
+
+    def _fail(self, student, message):
+        for report in self.reports[student].values():
+            report.error = report.error or message
+
+
+def _grade_students(batch, pool, students, limits, sandbox, env):
+    """Send every submission to the pool as soon as it is sanitized, and record each result as it comes."""
+    for student in students:
+        payload = batch.prepare(student)
+        if payload is None:
+            batch.record(student, executed=False)
+        else:
+            pool.submit(student, *payload, limits, env, sandbox)
+        for done, future in pool.completed(wait=False):    # what came back meanwhile
+            batch.record(done, batch.take(done, future))
+    for done, future in pool.completed():
+        batch.record(done, batch.take(done, future))
+    return batch.reports
+
+
+# ----------------------------------------------------------------------------- resuming an interrupted run
+
+def _fingerprint(folder):
+    """A digest of a submission's files: a resumed run regrades a submission that changed since."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(folder).rglob("*")):
+        if path.is_file():
+            digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _mark_done(staging, course, student, reports):
+    """DONE/STUDENT.json: the student's reports and the submission they are of, written once recorded."""
+    marker = staging / "done" / f"{student}.json"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    submitted = course / "submitted" / student / staging.name
+    marker.write_text(json.dumps({"fingerprint": _fingerprint(submitted),
+                                  "reports": {nb: asdict(r) for nb, r in reports.items()}}, indent=1),
+                      encoding="utf-8")
+
+
+def finished_students(course, assignment, students):
+    """student -> reports of the `students` whose submission, as it is now, is graded and in the gradebook."""
+    from nbgrader.api import MissingEntry
+
+    staging, finished = Path(course) / STAGING / assignment, {}
+    with open_gradebook(course) as gradebook:
+        for student in students:
+            marker = staging / "done" / f"{student}.json"
+            if not marker.exists():
+                continue
+            done = json.loads(marker.read_text(encoding="utf-8"))
+            try:
+                gradebook.find_submission(assignment, student)
+            except MissingEntry:
+                continue
+            if done["fingerprint"] == _fingerprint(Path(course) / "submitted" / student / assignment):
+                finished[student] = {nb: NotebookReport(**r) for nb, r in done["reports"].items()}
+    return finished
 
 
 # ----------------------------------------------------------------------------- the whole assignment
@@ -159,88 +270,66 @@ def submitted_students(course, assignment):
     return sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
 
 
-def grade_assignment(course, assignment, *, workers=2, limits=None, students=None, sandbox=True,
-                     env=None, log=print):
-    """Grade `assignment` for every student who submitted it (or only `students`); returns
-    {student: [NotebookReport, ...]} and writes the gradebook, autograded/, the CSV and the report."""
-    course = Path(course).resolve()
-    limits = limits or Limits()
+def _check_ready(course, assignment, sandbox, scheduler):
+    """The release folder of `assignment`, once the course and this machine can grade it."""
     release = course / "release" / assignment
     if not release.is_dir():
         raise GradingError(f"{release} does not exist: run `nbgrader generate_assignment {assignment}` first")
-    if sandbox and not sandbox_available():
+    if sandbox and not scheduler and not sandbox_available():
         raise GradingError("bubblewrap (bwrap) is not available, so submissions cannot be sandboxed: install it "
                            "(Debian/Ubuntu: sudo apt-get install bubblewrap), or pass --unsafe-no-sandbox to run "
                            "student code with your own rights")
+    return release
+
+
+def grade_assignment(course, assignment, *, workers=2, limits=None, students=None, sandbox=True,
+                     env=None, log=print, scheduler=None, resume=False):
+    """Grade `assignment` for every student who submitted it (or only `students`); returns
+    {student: [NotebookReport, ...]} and writes the gradebook, autograded/, the CSV and the report.
+    `scheduler`: a Dask scheduler's address; the executions run on its workers instead of `workers` local
+    processes. `resume`: keep the students an earlier run graded, whose submission has not changed since."""
+    course = Path(course).resolve()
+    release = _check_ready(course, assignment, sandbox, scheduler)
     students = students or submitted_students(course, assignment)
     if not students:
         raise GradingError(f"nobody submitted {assignment}: no folder submitted/*/{assignment}")
-    staging = course / STAGING / assignment
     earlier = read_report(course, assignment)     # the students graded before and not now keep their report
-    stage = _clear_stages(staging, students)
-    notebooks = sorted(p.stem for p in release.glob("*.ipynb"))
-    reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
+    finished = finished_students(course, assignment, students) if resume else {}
+    todo = [s for s in students if s not in finished]
     started = time.perf_counter()
-
-    log(f"repairing {len(students)} submissions of {assignment}")
-    for student in students:
-        _repair_student(course / "submitted" / student / assignment, release,
-                        stage["repaired"] / student / assignment, reports[student])
-
-    log("sanitizing (nbgrader autograde, without execution)")
-    relative = {name: os.path.relpath(path, course) for name, path in stage.items()}
-    failures = _autograde(course, assignment, students, log,
-                          **{"CourseDirectory.submitted_directory": relative["repaired"],
-                             "CourseDirectory.autograded_directory": relative["sanitized"],
-                             "Autograde.autograde_preprocessors": []})
-    for student, error in failures.items():
-        for report in reports[student].values():
-            report.error = report.error or f"nbgrader could not read the submission: {error.splitlines()[-1]}"
-
-    runnable = [s for s in students if s not in failures]
-    log(f"executing {len(runnable)} submissions, {workers} at a time "
-        f"({'sandboxed' if sandbox else 'NOT sandboxed'})")
-    env = {"COURSE_SMOKE": "1", **(env or {})}
-    # spawn: a fresh interpreter per worker, no inherited event loops or sockets of this process
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        jobs = {pool.submit(_execute_student, stage["sanitized"] / s / assignment,
-                            stage["executed"] / s / assignment, limits, env, sandbox): s for s in runnable}
-        for done in concurrent.futures.as_completed(jobs):
-            student = jobs[done]
-            try:
-                for notebook, (problems, seconds) in done.result().items():
-                    reports[student][notebook].problems += problems
-                    reports[student][notebook].seconds = seconds
-                log(f"  executed {student} ({sum(r.seconds for r in reports[student].values()):.0f} s)")
-            except Exception as error:  # the grader's own failure for one student must not stop the batch
-                for report in reports[student].values():
-                    report.error = report.error or f"the grader could not execute the submission: {error!r}"
-                log(f"  {student}: execution failed: {error!r}")
-
-    log("recording scores (nbgrader autograde, replaying the sandboxed outputs)")
-    preprocessors = _recording_preprocessors()
-    failures = _autograde(course, assignment, students, log,
-                          **{"CourseDirectory.submitted_directory": relative["repaired"],
-                             "Autograde.autograde_preprocessors": preprocessors,
-                             "ReplayExecution.executed_directory": str(stage["executed"])})
-    for student, error in failures.items():
-        for report in reports[student].values():
-            report.error = report.error or f"nbgrader could not record the grades: {error.splitlines()[-1]}"
-
-    everyone = {**earlier, **reports}
-    write_report(staging / "report.json", everyone)
+    if finished:
+        log(f"resuming: {len(finished)} submissions were graded before and are kept; {len(todo)} to grade")
+    reports, nbgrader_seconds = {}, 0.0
+    if todo:
+        try:
+            pool = open_pool(scheduler, workers, sandbox)
+        except ClusterError as error:
+            raise GradingError(str(error)) from error
+        log(f"grading {len(todo)} submissions of {assignment} on {pool.description} "
+            f"({'sandboxed' if sandbox else 'NOT sandboxed'})")
+        try:
+            batch = _Batch(course, assignment, release, todo, log)
+            reports = _grade_students(batch, pool, todo, limits or Limits(), sandbox, {"COURSE_SMOKE": "1", **(env or {})})
+        finally:
+            pool.close()
+        nbgrader_seconds = batch.nbgrader_seconds
+    everyone = {**earlier, **finished, **reports}
+    write_report(course / STAGING / assignment / "report.json", everyone)
     write_csv(course, assignment, everyone)
-    log(f"graded {len(students)} submissions of {assignment} in {time.perf_counter() - started:.0f} s; "
-        f"scores in the gradebook, grades-{assignment}.csv and grades-{assignment}-cells.csv")
-    return reports
+    log(f"graded {len(todo)} submissions of {assignment} in {time.perf_counter() - started:.1f} s "
+        f"(nbgrader's sanitize and record steps here: {nbgrader_seconds:.1f} s); scores in the gradebook, "
+        f"grades-{assignment}.csv and grades-{assignment}-cells.csv")
+    return {**finished, **reports}
 
 
 def _clear_stages(staging, students):
-    """The staging folders {"repaired", "sanitized", "executed"}, emptied of `students`' files only."""
+    """The staging folders {"repaired", "sanitized", "executed"}, emptied of `students`' files only (and
+    their marks of a finished grading)."""
     stage = {name: staging / name for name in ("repaired", "sanitized", "executed")}
     for student in students:
         for folder in stage.values():
             shutil.rmtree(folder / student, ignore_errors=True)
+        (staging / "done" / f"{student}.json").unlink(missing_ok=True)
     return stage
 
 

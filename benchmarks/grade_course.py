@@ -1,21 +1,32 @@
-"""Seconds per student to grade the whole course, and the parallel grader's speed-up over nbgrader.
+"""Seconds per student to grade the whole course: sequential nbgrader, the parallel grader, and the grader
+on a Dask cluster; throughput, and a projection for 1,000 students.
 
-    python benchmarks/grade_course.py                  # 4 students, all eight notebooks, 2 workers
-    python benchmarks/grade_course.py --students 2 --assignments 01_positional_encoding 02_attention
+    python benchmarks/grade_course.py --students 20                   # all eight notebooks, all three ways
+    python benchmarks/grade_course.py --students 2 --modes local dask --assignments 01_positional_encoding
 
-Builds a scratch course from solutions/, hands in the reference solutions for every student, then grades
-each assignment twice on fresh copies of the course: with plain sequential `nbgrader autograde` and with
-`python -m autograder grade --workers N` (sandboxed, parallel). Both run the notebooks' training demos in
-smoke mode (COURSE_SMOKE=1), as the grader does by default, and both must give every student full marks on the
-autograded tests.
+Builds a scratch course from solutions/ and hands in the reference solutions for every student, then grades
+each assignment on fresh copies of the course, in each mode:
+
+* nbgrader: plain sequential `nbgrader autograde ASSIGNMENT`;
+* local:    `python -m autograder grade ASSIGNMENT --workers N` (sandboxed, N local processes);
+* dask:     `python -m autograder grade ASSIGNMENT --scheduler ...` on a Dask cluster of N workers (one task
+            each) started on this machine before the first assignment, as a standing cluster would be.
+
+All run the training demos in smoke mode (COURSE_SMOKE=1), as the grader does by default, and each must give
+every student full marks on the autograded tests. The projection: each grader mode's measured cost per
+submission splits into worker time (wall time x N workers) and nbgrader's sanitize and record steps, which
+stay sequential on the instructor's machine; 1,000 students on W workers take at least
+max(worker time x submissions / W, nbgrader's time x submissions).
 """
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import nbformat
@@ -24,7 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 from autograder import CONFIG  # noqa: E402
-from grading import solved  # noqa: E402  (tests/grading.py: the submissions the tests grade too)
+from grading import dask_cluster, solved  # noqa: E402  (tests/grading.py: what the tests use too)
+
+MODES = ("nbgrader", "local", "dask")
+PROJECTED_STUDENTS = 1000
+NBGRADER_STEPS = re.compile(r"nbgrader's sanitize and record steps here: ([\d.]+) s")
 
 
 def build_course(directory, assignments, students):
@@ -53,47 +68,86 @@ def full_marks(course, assignment, students):
     return True
 
 
-def timed(command, cwd, env):
+def command(mode, assignment, workers, scheduler):
+    if mode == "nbgrader":
+        return [sys.executable, "-m", "nbgrader", "autograde", assignment, "--log-level=ERROR"]
+    where = ["--scheduler", scheduler] if mode == "dask" else ["--workers", str(workers)]
+    return [sys.executable, "-m", "autograder", "grade", assignment, *where]
+
+
+def timed(argv, cwd, env):
+    """(seconds, seconds the grader spent in nbgrader's steps, 0 for plain nbgrader)."""
     started = time.perf_counter()
-    subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True)
-    return time.perf_counter() - started
+    result = subprocess.run(argv, cwd=cwd, env=env, check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    steps = NBGRADER_STEPS.search(result.stdout)
+    return seconds, float(steps.group(1)) if steps else 0.0
+
+
+def grade_everything(args, scratch, students, env, scheduler):
+    """mode -> [total seconds, nbgrader's seconds], printing a row per assignment."""
+    template = scratch / "template"
+    template.mkdir()
+    build_course(template, args.assignments, students)
+    totals = {mode: [0.0, 0.0] for mode in args.modes}
+    print(f"{'assignment':28s}" + "".join(f"{mode:>10s}" for mode in args.modes))
+    for assignment in args.assignments:
+        row = []
+        for mode in args.modes:
+            course = scratch / f"{mode}-{assignment}"
+            shutil.copytree(template, course)
+            seconds, steps = timed(command(mode, assignment, args.workers, scheduler), course, env)
+            if not full_marks(course, assignment, students):
+                sys.exit(f"{mode} grading of {assignment} did not give the solutions full marks")
+            shutil.rmtree(course)
+            totals[mode][0] += seconds
+            totals[mode][1] += steps
+            row.append(seconds)
+        print(f"{assignment:28s}" + "".join(f"{s:9.1f}s" for s in row), flush=True)
+    return totals
+
+
+def summary(totals, students, notebooks, workers):
+    submissions = students * notebooks
+    print(f"\n{'mode':10s} {'s/student':>10s} {'submissions/h':>14s} {'speed-up':>9s}")
+    for mode, (seconds, _) in totals.items():
+        speedup = f"{totals['nbgrader'][0] / seconds:8.2f}x" if "nbgrader" in totals else ""
+        print(f"{mode:10s} {seconds / students:9.1f}s {3600 * submissions / seconds:14.0f} {speedup:>9s}")
+    print(f"\nprojection for {PROJECTED_STUDENTS} students x {notebooks} notebooks, from the measured cost per "
+          f"submission (worker time = wall time x {workers} workers; nbgrader's steps stay on one machine):")
+    for mode, (seconds, steps) in totals.items():
+        if mode == "nbgrader":
+            print(f"  nbgrader: {PROJECTED_STUDENTS * notebooks * seconds / submissions / 3600:.1f} h, one at a time")
+            continue
+        worker = seconds * workers / submissions
+        here = steps / submissions
+        hours = {w: PROJECTED_STUDENTS * notebooks * max(worker / w, here) / 3600 for w in (workers, 16, 64)}
+        print(f"  {mode}: {worker:.1f} worker-s and {here:.2f} s of nbgrader per submission: "
+              + ", ".join(f"{h:.1f} h on {w} workers" for w, h in hours.items()))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=4)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                        help="local grader processes, and Dask workers (default: one per core, %(default)s)")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--assignments", nargs="*",
                         default=sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir()))
     args = parser.parse_args()
     students = [f"student{i + 1}" for i in range(args.students)]
     env = dict(os.environ, COURSE_SMOKE="1", MPLBACKEND="Agg")
     print(f"{len(students)} students x {len(args.assignments)} notebooks, {os.cpu_count()} cores, "
-          f"{args.workers} workers for the parallel grader")
-    totals = {"nbgrader autograde (sequential)": 0.0, f"python -m autograder grade (--workers {args.workers})": 0.0}
-    with tempfile.TemporaryDirectory(prefix="grade-benchmark-") as scratch:
-        template = Path(scratch) / "template"
-        template.mkdir()
-        build_course(template, args.assignments, students)
-        print(f"{'assignment':28s} {'nbgrader':>10s} {'parallel':>10s} {'speed-up':>9s}")
-        for assignment in args.assignments:
-            seconds = []
-            for name, command in (("sequential", [sys.executable, "-m", "nbgrader", "autograde", assignment,
-                                                  "--log-level=ERROR"]),
-                                  ("parallel", [sys.executable, "-m", "autograder", "grade", assignment,
-                                                "--workers", str(args.workers)])):
-                course = Path(scratch) / f"{name}-{assignment}"
-                shutil.copytree(template, course)
-                seconds.append(timed(command, course, env))
-                if not full_marks(course, assignment, students):
-                    sys.exit(f"{name} grading of {assignment} did not give the solutions full marks")
-                shutil.rmtree(course)
-            for key, value in zip(totals, seconds):
-                totals[key] += value
-            print(f"{assignment:28s} {seconds[0]:9.1f}s {seconds[1]:9.1f}s {seconds[0] / seconds[1]:8.2f}x")
-    sequential, parallel = totals.values()
-    print(f"\nwhole course, per student: nbgrader autograde {sequential / len(students):.1f} s, "
-          f"parallel grader {parallel / len(students):.1f} s; speed-up {sequential / parallel:.2f}x")
+          f"{args.workers} workers; load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with tempfile.TemporaryDirectory(prefix="grade-benchmark-") as folder, ExitStack() as stack:
+        scratch = Path(folder)
+        scheduler = None
+        if "dask" in args.modes:
+            (scratch / "cluster").mkdir()
+            scheduler = stack.enter_context(dask_cluster(scratch / "cluster", args.workers)).address
+        totals = grade_everything(args, scratch, students, env, scheduler)
+    summary(totals, len(students), len(args.assignments), args.workers)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
