@@ -14,7 +14,8 @@ from grading import ROOT, SOLUTIONS, nbgrader_cells
 from autograder.feedback import HIDDEN_NOTE, hidden_text, own_text, scrub
 
 ASSIGNMENT = "07_training"
-HINT = "the scheduler moved on before the update: call scheduler.step() after optimizer.step()"
+VISIBLE_HINT = "the scheduler moved on before the update: call scheduler.step() after optimizer.step()"
+HIDDEN_HINT = "the update used the learning rate of the next step: call scheduler.step() after optimizer.step()"
 # the mistake the hint is for: the scheduler steps before the optimizer
 WRONG_ORDER = ("    optimizer.step()\n    if scheduler is not None:\n        scheduler.step()\n",
                "    if scheduler is not None:\n        scheduler.step()\n    optimizer.step()\n")
@@ -30,27 +31,46 @@ def public_text(release, submission):
     return "\n".join(c.source for c in release.cells) + "\n" + own_text(submission)
 
 
-def scheduler_test_message(source, answer):
-    """The message notebook 07's scheduler test cell (visible and hidden tests) raises for `answer`."""
+def scheduler_test_message(source, answer, hidden_only=False):
+    """The message notebook 07's scheduler test cell raises for `answer`: the whole cell (its visible tests catch
+    the wrong order first), or only its hidden tests."""
     cells = nbgrader_cells(source)
+    test = cells["test_train_step_scheduler"].source
+    if hidden_only:
+        test = test.split("### BEGIN HIDDEN TESTS\n")[1].split("### END HIDDEN TESTS")[0]
     namespace = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # PyTorch warns about the wrong order too
         exec(cells["setup"].source, namespace)
         exec(answer, namespace)
         try:
-            exec(cells["test_train_step_scheduler"].source, namespace)
+            exec(test, namespace)
         except AssertionError as error:
             return f"AssertionError: {error}"
     raise AssertionError("the scheduler test passed a train_step that steps the scheduler first")
 
 
+def wrong_order_answer(source):
+    right = nbgrader_cells(source)["train_step"].source
+    answer = right.replace(*WRONG_ORDER)
+    assert answer != right
+    return answer
+
+
+def test_the_visible_tests_hint_reaches_the_page():
+    source, release = notebooks()
+    answer = wrong_order_answer(source)
+    message = scheduler_test_message(source, answer)
+    assert VISIBLE_HINT in message
+    submission = copy_with_answer(release, "train_step", answer)
+    assert scrub(message, hidden_text(source).secret(public_text(release, submission))) == message
+
+
 def test_the_hidden_tests_own_message_is_shown_where_its_words_are_hidden_code():
     source, release = notebooks()
-    answer = nbgrader_cells(source)["train_step"].source.replace(*WRONG_ORDER)
-    assert answer != nbgrader_cells(source)["train_step"].source
-    message = scheduler_test_message(source, answer)
-    assert HINT in message
+    answer = wrong_order_answer(source)
+    message = scheduler_test_message(source, answer, hidden_only=True)
+    assert HIDDEN_HINT in message
     submission = copy_with_answer(release, "train_step", answer)
     hidden = hidden_text(source)
     assert "optimizer.step()" in hidden.code, "the hint quotes a hidden code line: the case this test is about"
