@@ -48,7 +48,8 @@ ARCHITECTURE_PARTS = {
     "positional encoding": (("src_embed", "tgt_embed", "src_pos", "tgt_pos"),
                             "notebook 01: token embeddings and the positional encoding"),
     "attention": (_ATTENTION, "notebook 02: scaled dot-product attention, inside every attention block"),
-    "masking": (_ATTENTION, "notebook 03: the masks, padding in every attention block\nand causal in the decoder's self-attention"),
+    "masking": (_ATTENTION,
+                "notebook 03: the masks, padding in every attention block\nand causal in the decoder's self-attention"),
     "multi-head attention": (_ATTENTION, "notebook 04: multi-head attention"),
     "layer norm and feed-forward": (("enc_norm1", "enc_norm2", "dec_norm1", "dec_norm2", "dec_norm3", "enc_ffn",
                                      "dec_ffn"), "notebook 05: layer normalisation and the feed-forward network"),
@@ -67,7 +68,8 @@ def architecture_map(highlight=None, ax=None):
     chosen, caption = ARCHITECTURE_PARTS.get(highlight, ((), "the Transformer"))
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5.5))
-    for left, bottom, height, text in [(0.06, 0.21, 0.37, "encoder layer, N×"), (0.53, 0.21, 0.54, "decoder layer, N×")]:
+    for left, bottom, height, text in [(0.06, 0.21, 0.37, "encoder layer, N×"),
+                                       (0.53, 0.21, 0.54, "decoder layer, N×")]:
         ax.add_patch(plt.Rectangle((left, bottom), 0.38, height, facecolor="none", edgecolor="0.6", linestyle="--"))
         ax.text(left + 0.01, bottom + height - 0.012, text, fontsize=7.5, color="0.4", va="top")
     for name, (x, y, label) in ARCHITECTURE_BOXES.items():
