@@ -74,3 +74,23 @@ def test_notebooks_are_stored_without_outputs(folder):
             if cell.cell_type == "code":
                 assert not cell.outputs and cell.execution_count is None, \
                     f"{path.relative_to(ROOT)} stores outputs: clear them before committing"
+
+
+RUBRIC = "**Rubric (instructor only)**"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_rubrics_stay_with_the_instructor(assignment):
+    """Every answer graded by hand has a rubric in the instructor source, and no line of it reaches the release."""
+    solution, release = read(SOLUTIONS, assignment), read(NOTEBOOKS, assignment)
+    written = {grade_id: cell for grade_id, cell in nbgrader_cells(solution).items()
+               if cell.cell_type == "markdown" and cell.metadata["nbgrader"].get("solution")}
+    assert written, f"{assignment} has no written answer"
+    released = "\n".join(cell.source for cell in release.cells)
+    assert "Rubric" not in released, f"the release of {assignment} mentions a rubric"
+    for grade_id, cell in written.items():
+        assert RUBRIC in cell.source, f"{grade_id} in solutions/{assignment} has no {RUBRIC}"
+        rubric = cell.source.split(RUBRIC, 1)[1]
+        assert "point" in rubric, f"the rubric of {grade_id} gives no points"
+        leaked = [line for line in rubric.splitlines() if len(line.strip()) > 20 and line.strip() in released]
+        assert not leaked, f"the release of {assignment} contains the rubric of {grade_id}: {leaked[0]!r}"

@@ -1,4 +1,5 @@
-"""Tokens to vectors: scaled token embeddings and the sinusoidal positional encoding (notebook 01)."""
+"""Tokens to vectors: scaled token embeddings and the sinusoidal positional encoding (notebook 01), and the rotary
+position embedding that notebook 01 compares it with."""
 import math
 
 import torch
@@ -21,6 +22,26 @@ def positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
     pe[:, 0::2] = torch.sin(angle)
     pe[:, 1::2] = torch.cos(angle)
     return pe.float()  # computed in float64 so that large positions keep their precision
+
+
+def apply_rope(x: torch.Tensor, positions=None, base: float = 10000.0) -> torch.Tensor:
+    """The rotary position embedding (RoPE; Su et al. 2021, RoFormer) of queries or keys ``x [..., T, d]``.
+
+    Pair i of the vector at position p, (x[2i], x[2i+1]), is rotated by the angle p * w_i with
+    w_i = base^(-2i/d), the frequencies of the sinusoidal encoding; the pairs are interleaved as in the
+    RoFormer paper. ``positions [T]`` defaults to 0, 1, ..., T-1. A dot product of a rotated query at p and
+    a rotated key at q then depends on p - q, never on p or q alone.
+    """
+    d_model = x.size(-1)
+    if d_model % 2:
+        raise ValueError(f"the last dimension must be even (rotations act on pairs), got {d_model}")
+    if positions is None:
+        positions = torch.arange(x.size(-2), device=x.device)
+    omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device=x.device) / d_model)
+    angle = positions.to(torch.float64).unsqueeze(-1) * omega                 # [T, d/2], in float64 for large p
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
 class TokenEmbedding(nn.Module):

@@ -10,9 +10,54 @@ untokenised, and decoding the pieces gives back ordinary text, ready for sacreBL
 """
 import hashlib
 import io
+from collections import Counter
 from pathlib import Path
 
-__all__ = ["SubwordTokenizer"]
+__all__ = ["SubwordTokenizer", "learn_bpe", "apply_bpe"]
+
+WORD_START = "\u2581"  # SentencePiece's mark of a word's first piece, "▁"
+
+
+def _merged(symbols: tuple, pair: tuple) -> tuple:
+    """The symbols with every occurrence of the adjacent pair joined into one, from left to right."""
+    out, i = [], 0
+    while i < len(symbols):
+        if symbols[i:i + 2] == pair:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def learn_bpe(word_counts: dict, num_merges: int) -> list:
+    """Byte-pair encoding as Sennrich et al. (2016) learn it, for teaching (notebook 07; the recipe uses SentencePiece).
+
+    Every word starts as "▁" and its characters; each step joins the adjacent pair of symbols that occurs most often,
+    counting each word as often as it occurs (ties: the pair that sorts first). Returns the merges, in order.
+    """
+    words = {tuple(WORD_START + word): count for word, count in word_counts.items()}
+    merges = []
+    for _ in range(num_merges):
+        pairs = Counter()
+        for symbols, count in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] += count
+        if not pairs:   # every word is one symbol already
+            break
+        best = min(pairs, key=lambda pair: (-pairs[pair], pair))
+        merges.append(best)
+        words = {_merged(symbols, best): count for symbols, count in words.items()}
+    return merges
+
+
+def apply_bpe(word: str, merges: list) -> list:
+    """One word as pieces: its characters after "▁", joined by the merges in the order they were learnt."""
+    symbols = tuple(WORD_START + word)
+    for pair in merges:
+        symbols = _merged(symbols, pair)
+    return list(symbols)
 
 
 def _sentencepiece():
