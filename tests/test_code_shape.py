@@ -5,8 +5,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 60
-# autograder/ joins this list once grade_assignment is shortened (issue 17)
-CHECKED_DIRECTORIES = ["transformer_course"]
+CHECKED_DIRECTORIES = ["transformer_course", "autograder"]
 
 
 def long_functions(directory, root=ROOT, max_lines=MAX_LINES):
