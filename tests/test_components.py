@@ -2,7 +2,8 @@
 
 Oracles: float64 formulas written out here, F.scaled_dot_product_attention, F.layer_norm, and PyTorch's own
 nn.MultiheadAttention / nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights copied
-in. PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
+in (for notebook 06 these come from transformer_course.oracles.transformer, the oracles its hidden tests use).
+PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
 """
 import math
 
@@ -17,6 +18,7 @@ from transformer_course.layers import (Decoder, DecoderLayer, Encoder, EncoderLa
                                        PositionwiseFeedForward)
 from transformer_course.masks import causal_mask, padding_mask, target_mask
 from transformer_course.model import Transformer
+from transformer_course.oracles.transformer import copy_attention, copy_layer, sinusoids, torch_layer, torch_stack
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
 PAD = 0
@@ -40,16 +42,6 @@ def random_tokens(lengths, length, vocab_size):
     return tokens.masked_fill(~lengths_to_keep(lengths, length), PAD)
 
 
-def sinusoid_table(length, d_model):
-    """The paper's positional encoding, written independently of the package."""
-    table = torch.zeros(length, d_model, dtype=torch.float64)
-    for p in range(length):
-        for i in range(0, d_model, 2):
-            angle = p / 10000 ** (i / d_model)
-            table[p, i], table[p, i + 1] = math.sin(angle), math.cos(angle)
-    return table
-
-
 @torch.no_grad()
 def randomize_(module):
     """Move every parameter away from its initial value, so a parameter that is ignored or copied
@@ -57,74 +49,6 @@ def randomize_(module):
     for name, p in module.named_parameters():
         p.uniform_(0.5, 1.5) if name.endswith("gamma") else p.uniform_(-0.5, 0.5)
     return module
-
-
-@torch.no_grad()
-def copy_attention(ours, theirs):
-    theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
-    theirs.out_proj.weight.copy_(ours.w_o.weight)
-    theirs.out_proj.bias.copy_(ours.w_o.bias)
-
-
-@torch.no_grad()
-def copy_norm(ours, theirs):
-    theirs.weight.copy_(ours.gamma)
-    theirs.bias.copy_(ours.beta)
-
-
-def copy_encoder_layer(ours, theirs):
-    copy_attention(ours.self_attn, theirs.self_attn)
-    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
-    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
-    copy_norm(ours.norm1, theirs.norm1)
-    copy_norm(ours.norm2, theirs.norm2)
-
-
-def copy_decoder_layer(ours, theirs):
-    copy_attention(ours.self_attn, theirs.self_attn)
-    copy_attention(ours.cross_attn, theirs.multihead_attn)
-    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
-    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
-    copy_norm(ours.norm1, theirs.norm1)
-    copy_norm(ours.norm2, theirs.norm2)
-    copy_norm(ours.norm3, theirs.norm3)
-
-
-def torch_encoder_layer(ours, norm_first, dropout=0.0):
-    theirs = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, dropout, activation="relu", batch_first=True,
-                                        norm_first=norm_first).double()
-    copy_encoder_layer(ours, theirs)
-    return theirs
-
-
-def torch_decoder_layer(ours, norm_first, dropout=0.0):
-    theirs = nn.TransformerDecoderLayer(D_MODEL, N_HEADS, D_FF, dropout, activation="relu", batch_first=True,
-                                        norm_first=norm_first).double()
-    copy_decoder_layer(ours, theirs)
-    return theirs
-
-
-def torch_encoder(ours, norm_first):
-    """nn.TransformerEncoder with our weights: no final norm for Post-LN, a final LayerNorm for Pre-LN."""
-    final_norm = nn.LayerNorm(D_MODEL).double() if norm_first else None
-    theirs = nn.TransformerEncoder(torch_encoder_layer(ours.layers[0], norm_first), len(ours.layers), final_norm,
-                                   enable_nested_tensor=False)
-    for our_layer, their_layer in zip(ours.layers, theirs.layers):
-        copy_encoder_layer(our_layer, their_layer)
-    if norm_first:
-        copy_norm(ours.norm, theirs.norm)
-    return theirs
-
-
-def torch_decoder(ours, norm_first):
-    final_norm = nn.LayerNorm(D_MODEL).double() if norm_first else None
-    theirs = nn.TransformerDecoder(torch_decoder_layer(ours.layers[0], norm_first), len(ours.layers), final_norm)
-    for our_layer, their_layer in zip(ours.layers, theirs.layers):
-        copy_decoder_layer(our_layer, their_layer)
-    if norm_first:
-        copy_norm(ours.norm, theirs.norm)
-    return theirs
 
 
 def attention_formula(q, k, v, keep):
@@ -259,7 +183,7 @@ def test_multi_head_attention_matches_nn_multihead_attention(need_weights, mask_
     ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.0)).double()
     ours.need_weights = need_weights
     theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.0, batch_first=True).double()
-    copy_attention(ours, theirs)
+    copy_attention(theirs, ours)
     query, key, value = (torch.randn(3, length, D_MODEL).double() for length in (4, 6, 6))
     if inputs == "self":  # one tensor for all three (Tq = Tk)
         query = key = value = torch.randn(3, 6, D_MODEL).double()
@@ -287,7 +211,7 @@ def test_multi_head_attention_train_mode_matches_nn_with_the_same_seed(need_weig
     ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.3)).double()
     ours.need_weights = need_weights
     theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.3, batch_first=True).double()
-    copy_attention(ours, theirs)
+    copy_attention(theirs, ours)
     x = torch.randn(2, 5, D_MODEL).double()
     with sdpa_kernel(SDPBackend.MATH):  # the kernel whose dropout draws like nn.Dropout
         torch.manual_seed(7)
@@ -400,7 +324,7 @@ def test_feed_forward_matches_formula_in_eval_and_train_mode():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first):
     ours = randomize_(EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
-    theirs = torch_encoder_layer(ours, norm_first)
+    theirs = copy_layer(torch_layer("encoder", D_MODEL, N_HEADS, D_FF, norm_first), ours)
     x = torch.randn(3, 5, D_MODEL).double()
     keep = lengths_to_keep([5, 3, 1], 5)
     torch.testing.assert_close(ours(x, keep[:, None, None, :]), theirs(x, src_key_padding_mask=~keep))
@@ -409,7 +333,7 @@ def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first):
     ours = randomize_(DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
-    theirs = torch_decoder_layer(ours, norm_first)
+    theirs = copy_layer(torch_layer("decoder", D_MODEL, N_HEADS, D_FF, norm_first), ours)
     x, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 6, D_MODEL).double()
     keep_src, keep_tgt = lengths_to_keep([6, 2, 4], 6), lengths_to_keep([4, 4, 2], 4)
     tgt_mask = keep_tgt[:, None, None, :] & causal_mask(4)
@@ -440,14 +364,14 @@ def test_layers_in_train_mode_match_their_definition_with_the_same_seed(kind, no
     ours = randomize_(layer_class(D_MODEL, N_HEADS, D_FF, dropout=p, norm_first=norm_first)).double().train()
     ff = ours.feed_forward
     self_attn = nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double()
-    copy_attention(ours.self_attn, self_attn)
+    copy_attention(self_attn, ours.self_attn)
     x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 5, D_MODEL).double()
     keep = lengths_to_keep([4, 2], 4)
     if kind == "encoder":
         mask, sublayers = keep[:, None, None, :], [lambda y: self_attn(y, y, y, key_padding_mask=~keep)[0]]
     else:
         cross_attn = nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double()
-        copy_attention(ours.cross_attn, cross_attn)
+        copy_attention(cross_attn, ours.cross_attn)
         mask = causal_mask(4)
         sublayers = [lambda y: self_attn(y, y, y, attn_mask=~mask[0, 0])[0],
                      lambda y: cross_attn(y, memory, memory)[0]]
@@ -466,7 +390,7 @@ def test_encoder_stack_matches_nn_transformer_encoder(norm_first):
     ours = randomize_(Encoder(3, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
     assert isinstance(ours.layers, nn.ModuleList) and len(ours.layers) == 3
     assert isinstance(ours.norm, LayerNorm) if norm_first else ours.norm is None
-    theirs = torch_encoder(ours, norm_first)
+    theirs = torch_stack(ours, "encoder", D_MODEL, N_HEADS, D_FF, norm_first)
     x = torch.randn(2, 5, D_MODEL).double()
     keep = lengths_to_keep([5, 2], 5)
     torch.testing.assert_close(ours(x, keep[:, None, None, :]), theirs(x, src_key_padding_mask=~keep))
@@ -477,7 +401,7 @@ def test_decoder_stack_matches_nn_transformer_decoder(norm_first):
     ours = randomize_(Decoder(3, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
     assert isinstance(ours.layers, nn.ModuleList) and len(ours.layers) == 3
     assert isinstance(ours.norm, LayerNorm) if norm_first else ours.norm is None
-    theirs = torch_decoder(ours, norm_first)
+    theirs = torch_stack(ours, "decoder", D_MODEL, N_HEADS, D_FF, norm_first)
     x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 6, D_MODEL).double()
     keep_src, keep_tgt = lengths_to_keep([6, 3], 6), lengths_to_keep([4, 3], 4)
     output = ours(x, memory, keep_src[:, None, None, :], keep_tgt[:, None, None, :] & causal_mask(4))
@@ -521,10 +445,11 @@ def test_transformer_attributes():
 def test_transformer_matches_an_nn_transformer_oracle_end_to_end(norm_first):
     model = small_model(norm_first).double().eval()
     randomize_(model.encoder), randomize_(model.decoder)
-    encoder, decoder = torch_encoder(model.encoder, norm_first), torch_decoder(model.decoder, norm_first)
+    encoder = torch_stack(model.encoder, "encoder", D_MODEL, N_HEADS, D_FF, norm_first)
+    decoder = torch_stack(model.decoder, "decoder", D_MODEL, N_HEADS, D_FF, norm_first)
     src = random_tokens([7, 4, 2], 7, 23)
     tgt = random_tokens([5, 5, 3], 5, 19)
-    pe = sinusoid_table(7, D_MODEL)
+    pe = sinusoids(7, D_MODEL)
     scale = math.sqrt(D_MODEL)
     memory = encoder(F.embedding(src, model.src_embed.embedding.weight) * scale + pe[:7],
                      src_key_padding_mask=src == PAD)

@@ -7,9 +7,9 @@ An oracle that computes an exercise's answer would be a route to a finished answ
 in ``ANSWER_HELPERS`` (exercise -> functions); own_work gates them as helpers of that exercise: during its tests
 they refuse a call from anything but the package's own checks.
 """
-from . import attention
+from . import attention, decoding, training, transformer
 
 ANSWER_HELPERS = {}
-for _module in (attention,):
+for _module in (attention, transformer, training, decoding):
     for _exercise, _helpers in _module.ANSWER_HELPERS.items():
         ANSWER_HELPERS[_exercise] = ANSWER_HELPERS.get(_exercise, ()) + _helpers
