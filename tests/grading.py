@@ -31,11 +31,13 @@ from autograder import CONFIG  # noqa: E402
 @dataclass
 class Answer:
     """A student's answer cell for one exercise: ``why`` says what is wrong or unusual about it;
-    for a wrong answer, ``message`` is a fragment the failing tests' feedback must contain."""
+    for a wrong answer, ``message`` is a fragment the failing tests' feedback must contain, and ``misleading``
+    one it must not (a hint for another mistake)."""
     exercise: str
     why: str
     source: str
     message: str = ""
+    misleading: str = ""
 
 
 def load_suite(assignment):

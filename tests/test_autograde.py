@@ -115,6 +115,8 @@ def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_f
     shown = "\n".join(feedback[student].get(cell, "") for cell in own_cells)
     assert answer.message.lower() in shown.lower(), \
         f"the feedback for '{answer.why}' should say '{answer.message}', it says:\n{shown}"
+    assert not answer.misleading or answer.misleading.lower() not in shown.lower(), \
+        f"the feedback for '{answer.why}' should not say '{answer.misleading}' (another mistake's hint):\n{shown}"
 
 
 def test_kernel_replay_scores_like_nbgrader_and_forgets_the_previous_student(tmp_path):

@@ -1,9 +1,9 @@
 """The finished components of notebooks 02-06 against independent oracles.
 
-Oracles: for notebooks 02-05 the hidden tests' own (transformer_course.oracles: float64 formulas,
+Oracles: for notebooks 02-05 and 06 the hidden tests' own (transformer_course.oracles: float64 formulas,
 F.scaled_dot_product_attention, brute-force masks, nn.MultiheadAttention with our weights copied in,
-F.layer_norm); for 06 PyTorch's nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights
-copied in. PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
+F.layer_norm, nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights copied in).
+PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
 """
 import math
 
@@ -22,8 +22,9 @@ from transformer_course.oracles import attention as attention_oracle
 from transformer_course.oracles import layer_norm as layer_norm_oracle
 from transformer_course.oracles import masking as masking_oracle
 from transformer_course.oracles import multi_head as multi_head_oracle
-from transformer_course.oracles.multi_head import copy_weights as copy_attention
+from transformer_course.oracles.multi_head import copy_weights
 from transformer_course.testing import same_random_numbers
+from transformer_course.oracles.transformer import copy_layer, sinusoids, torch_layer, torch_stack
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
 PAD = 0
@@ -47,16 +48,6 @@ def random_tokens(lengths, length, vocab_size):
     return tokens.masked_fill(~lengths_to_keep(lengths, length), PAD)
 
 
-def sinusoid_table(length, d_model):
-    """The paper's positional encoding, written independently of the package."""
-    table = torch.zeros(length, d_model, dtype=torch.float64)
-    for p in range(length):
-        for i in range(0, d_model, 2):
-            angle = p / 10000 ** (i / d_model)
-            table[p, i], table[p, i + 1] = math.sin(angle), math.cos(angle)
-    return table
-
-
 @torch.no_grad()
 def randomize_(module):
     """Move every parameter away from its initial value, so a parameter that is ignored or copied
@@ -66,64 +57,6 @@ def randomize_(module):
     return module
 
 
-@torch.no_grad()
-def copy_norm(ours, theirs):
-    theirs.weight.copy_(ours.gamma)
-    theirs.bias.copy_(ours.beta)
-
-
-def copy_encoder_layer(ours, theirs):
-    copy_attention(ours.self_attn, theirs.self_attn)
-    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
-    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
-    copy_norm(ours.norm1, theirs.norm1)
-    copy_norm(ours.norm2, theirs.norm2)
-
-
-def copy_decoder_layer(ours, theirs):
-    copy_attention(ours.self_attn, theirs.self_attn)
-    copy_attention(ours.cross_attn, theirs.multihead_attn)
-    theirs.linear1.load_state_dict(ours.feed_forward.linear1.state_dict())
-    theirs.linear2.load_state_dict(ours.feed_forward.linear2.state_dict())
-    copy_norm(ours.norm1, theirs.norm1)
-    copy_norm(ours.norm2, theirs.norm2)
-    copy_norm(ours.norm3, theirs.norm3)
-
-
-def torch_encoder_layer(ours, norm_first, dropout=0.0):
-    theirs = nn.TransformerEncoderLayer(D_MODEL, N_HEADS, D_FF, dropout, activation="relu", batch_first=True,
-                                        norm_first=norm_first).double()
-    copy_encoder_layer(ours, theirs)
-    return theirs
-
-
-def torch_decoder_layer(ours, norm_first, dropout=0.0):
-    theirs = nn.TransformerDecoderLayer(D_MODEL, N_HEADS, D_FF, dropout, activation="relu", batch_first=True,
-                                        norm_first=norm_first).double()
-    copy_decoder_layer(ours, theirs)
-    return theirs
-
-
-def torch_encoder(ours, norm_first):
-    """nn.TransformerEncoder with our weights: no final norm for Post-LN, a final LayerNorm for Pre-LN."""
-    final_norm = nn.LayerNorm(D_MODEL).double() if norm_first else None
-    theirs = nn.TransformerEncoder(torch_encoder_layer(ours.layers[0], norm_first), len(ours.layers), final_norm,
-                                   enable_nested_tensor=False)
-    for our_layer, their_layer in zip(ours.layers, theirs.layers):
-        copy_encoder_layer(our_layer, their_layer)
-    if norm_first:
-        copy_norm(ours.norm, theirs.norm)
-    return theirs
-
-
-def torch_decoder(ours, norm_first):
-    final_norm = nn.LayerNorm(D_MODEL).double() if norm_first else None
-    theirs = nn.TransformerDecoder(torch_decoder_layer(ours.layers[0], norm_first), len(ours.layers), final_norm)
-    for our_layer, their_layer in zip(ours.layers, theirs.layers):
-        copy_decoder_layer(our_layer, their_layer)
-    if norm_first:
-        copy_norm(ours.norm, theirs.norm)
-    return theirs
 
 
 # ----------------------------------------------------------------------------- 02 attention
@@ -248,7 +181,7 @@ def test_multi_head_attention_matches_nn_multihead_attention(need_weights, mask_
     ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.0)).double()
     ours.need_weights = need_weights
     theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.0, batch_first=True).double()
-    copy_attention(ours, theirs)
+    copy_weights(ours, theirs)
     query, key, value = (torch.randn(3, length, D_MODEL).double() for length in (4, 6, 6))
     if inputs == "self":  # one tensor for all three (Tq = Tk)
         query = key = value = torch.randn(3, 6, D_MODEL).double()
@@ -276,7 +209,7 @@ def test_multi_head_attention_train_mode_matches_nn_with_the_same_seed(need_weig
     ours = randomize_(MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.3)).double()
     ours.need_weights = need_weights
     theirs = nn.MultiheadAttention(D_MODEL, N_HEADS, dropout=0.3, batch_first=True).double()
-    copy_attention(ours, theirs)
+    copy_weights(ours, theirs)
     x = torch.randn(2, 5, D_MODEL).double()
     with sdpa_kernel(SDPBackend.MATH):  # the kernel whose dropout draws like nn.Dropout
         torch.manual_seed(7)
@@ -402,7 +335,7 @@ def test_feed_forward_matches_formula_in_eval_and_train_mode():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first):
     ours = randomize_(EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
-    theirs = torch_encoder_layer(ours, norm_first)
+    theirs = copy_layer(torch_layer("encoder", D_MODEL, N_HEADS, D_FF, norm_first), ours)
     x = torch.randn(3, 5, D_MODEL).double()
     keep = lengths_to_keep([5, 3, 1], 5)
     torch.testing.assert_close(ours(x, keep[:, None, None, :]), theirs(x, src_key_padding_mask=~keep))
@@ -411,7 +344,7 @@ def test_encoder_layer_matches_nn_transformer_encoder_layer(norm_first):
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_layer_matches_nn_transformer_decoder_layer(norm_first):
     ours = randomize_(DecoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
-    theirs = torch_decoder_layer(ours, norm_first)
+    theirs = copy_layer(torch_layer("decoder", D_MODEL, N_HEADS, D_FF, norm_first), ours)
     x, memory = torch.randn(3, 4, D_MODEL).double(), torch.randn(3, 6, D_MODEL).double()
     keep_src, keep_tgt = lengths_to_keep([6, 2, 4], 6), lengths_to_keep([4, 4, 2], 4)
     tgt_mask = keep_tgt[:, None, None, :] & causal_mask(4)
@@ -442,14 +375,14 @@ def test_layers_in_train_mode_match_their_definition_with_the_same_seed(kind, no
     ours = randomize_(layer_class(D_MODEL, N_HEADS, D_FF, dropout=p, norm_first=norm_first)).double().train()
     ff = ours.feed_forward
     self_attn = nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double()
-    copy_attention(ours.self_attn, self_attn)
+    copy_weights(ours.self_attn, self_attn)
     x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 5, D_MODEL).double()
     keep = lengths_to_keep([4, 2], 4)
     if kind == "encoder":
         mask, sublayers = keep[:, None, None, :], [lambda y: self_attn(y, y, y, key_padding_mask=~keep)[0]]
     else:
         cross_attn = nn.MultiheadAttention(D_MODEL, N_HEADS, p, batch_first=True).double()
-        copy_attention(ours.cross_attn, cross_attn)
+        copy_weights(ours.cross_attn, cross_attn)
         mask = causal_mask(4)
         sublayers = [lambda y: self_attn(y, y, y, attn_mask=~mask[0, 0])[0],
                      lambda y: cross_attn(y, memory, memory)[0]]
@@ -468,7 +401,7 @@ def test_encoder_stack_matches_nn_transformer_encoder(norm_first):
     ours = randomize_(Encoder(3, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
     assert isinstance(ours.layers, nn.ModuleList) and len(ours.layers) == 3
     assert isinstance(ours.norm, LayerNorm) if norm_first else ours.norm is None
-    theirs = torch_encoder(ours, norm_first)
+    theirs = torch_stack(ours, "encoder", D_MODEL, N_HEADS, D_FF, norm_first)
     x = torch.randn(2, 5, D_MODEL).double()
     keep = lengths_to_keep([5, 2], 5)
     torch.testing.assert_close(ours(x, keep[:, None, None, :]), theirs(x, src_key_padding_mask=~keep))
@@ -479,7 +412,7 @@ def test_decoder_stack_matches_nn_transformer_decoder(norm_first):
     ours = randomize_(Decoder(3, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()
     assert isinstance(ours.layers, nn.ModuleList) and len(ours.layers) == 3
     assert isinstance(ours.norm, LayerNorm) if norm_first else ours.norm is None
-    theirs = torch_decoder(ours, norm_first)
+    theirs = torch_stack(ours, "decoder", D_MODEL, N_HEADS, D_FF, norm_first)
     x, memory = torch.randn(2, 4, D_MODEL).double(), torch.randn(2, 6, D_MODEL).double()
     keep_src, keep_tgt = lengths_to_keep([6, 3], 6), lengths_to_keep([4, 3], 4)
     output = ours(x, memory, keep_src[:, None, None, :], keep_tgt[:, None, None, :] & causal_mask(4))
@@ -523,10 +456,11 @@ def test_transformer_attributes():
 def test_transformer_matches_an_nn_transformer_oracle_end_to_end(norm_first):
     model = small_model(norm_first).double().eval()
     randomize_(model.encoder), randomize_(model.decoder)
-    encoder, decoder = torch_encoder(model.encoder, norm_first), torch_decoder(model.decoder, norm_first)
+    encoder = torch_stack(model.encoder, "encoder", D_MODEL, N_HEADS, D_FF, norm_first)
+    decoder = torch_stack(model.decoder, "decoder", D_MODEL, N_HEADS, D_FF, norm_first)
     src = random_tokens([7, 4, 2], 7, 23)
     tgt = random_tokens([5, 5, 3], 5, 19)
-    pe = sinusoid_table(7, D_MODEL)
+    pe = sinusoids(7, D_MODEL)
     scale = math.sqrt(D_MODEL)
     memory = encoder(F.embedding(src, model.src_embed.embedding.weight) * scale + pe[:7],
                      src_key_padding_mask=src == PAD)

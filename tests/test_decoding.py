@@ -17,6 +17,7 @@ from transformer_course.cache import IncrementalDecoder, cached_greedy_decode
 from transformer_course.decoding import (beam_search, beam_search_batch, greedy_decode, sample_decode, sampling_distribution,
                                          strip_specials, top_k_filter, top_p_filter, translate)
 from transformer_course.masks import causal_mask, padding_mask
+from transformer_course.oracles.decoding import greedy_rows, log_probs, penalised
 
 
 class TableModel(nn.Module):
@@ -158,32 +159,9 @@ def random_table(vocab_size, seed, eos_bias=0.7, scale=2.0, pad_idx=PAD, bos_idx
 # ----------------------------------------------------------------------------- oracles
 
 
-def log_probs(table, source, prefix):
-    scores = [float(s) for s in table(source, prefix)]
-    top = max(scores)
-    norm = top + math.log(sum(math.exp(s - top) for s in scores))
-    return [s - norm for s in scores]
-
-
-def greedy_rows(table, sources, max_len, bos, eos):
-    """Each row decoded on its own: a list of id lists (ending at eos or at max_len ids)."""
-    rows = []
-    for source in sources:
-        prefix = [bos]
-        while len(prefix) < max_len and (len(prefix) == 1 or prefix[-1] != eos):
-            scores = table(tuple(source), tuple(prefix))
-            prefix.append(max(range(len(scores)), key=lambda i: scores[i]))
-        rows.append(prefix)
-    return rows
-
-
 def as_batch(rows, pad, length=None):
     length = length or max(len(r) for r in rows)
     return torch.tensor([r[:length] + [pad] * (length - len(r)) for r in rows])
-
-
-def penalised(total, ids, alpha):
-    return total / ((5 + len(ids) - 1) / 6) ** alpha
 
 
 def brute_force(table, source, words, max_len, bos, eos, alpha):

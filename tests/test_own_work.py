@@ -231,3 +231,61 @@ def test_an_answer_cannot_end_its_refusal():
             CALLS["scaled_dot_product_attention"](namespace["scaled_dot_product_attention"])
     finally:
         own_work._refused = saved
+
+
+# ----------------------------------------------------------------------------- the hidden tests' oracles
+
+# exercise -> (its oracle module, a hidden test's check, an answer that hands the work to the oracle)
+ORACLE_ANSWERS = {
+    "EncoderLayer": ("transformer", "check_encoder_layer_post_ln", """
+from transformer_course.oracles import transformer as oracle
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, dropout=0.1, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout, self.norm_first = nn.Dropout(dropout), norm_first
+
+    def forward(self, x, src_mask=None):
+        attend = lambda y: self.dropout(self.self_attn(y, y, y, src_mask))
+        return oracle.compose(x, (attend, lambda y: self.dropout(self.feed_forward(y))), (self.norm1, self.norm2),
+                              self.norm_first)
+"""),
+    "noam_lr": ("training", "check_noam_lr_values", """
+from transformer_course.oracles.training import expected_lr
+def noam_lr(step, d_model, warmup_steps, factor=1.0):
+    return expected_lr(step, d_model, warmup_steps, factor)
+"""),
+    "corpus_bleu": ("decoding", "check_corpus_bleu_values", """
+import transformer_course.oracles.decoding
+def corpus_bleu(hypotheses, references, max_n=4):
+    return transformer_course.oracles.decoding.sacre(hypotheses, references, max_n)
+"""),
+}
+
+
+@pytest.mark.parametrize("exercise", ORACLE_ANSWERS)
+def test_an_answer_that_calls_the_tests_oracle_passes_only_outside_its_tests(exercise):
+    """The answer is right (the check passes it when no refusal is in force), so only the gate can fail it."""
+    module, check, source = ORACLE_ANSWERS[exercise]
+    namespace = notebook_namespace()
+    exec(source, namespace)
+    oracle = getattr(__import__(f"transformer_course.oracles.{module}").oracles, module)
+    getattr(oracle, check)(namespace[exercise])
+    require_own_work(exercise, namespace)
+    with pytest.raises(FinishedAnswerUsed, match=f"the tests' own computation of `{exercise}`.*write your own"):
+        getattr(oracle, check)(namespace[exercise])
+
+
+@pytest.mark.parametrize("exercise", ["EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer",
+                                      "build_vocab", "label_smoothing_loss", "noam_lr", "train_step",
+                                      "greedy_decode", "beam_search", "corpus_bleu"])
+def test_the_oracles_that_compute_an_answer_of_notebooks_06_to_08_are_refused_in_its_tests(exercise):
+    helpers = [h for h in FINISHED[exercise] if h.__module__.startswith("transformer_course.oracles.")]
+    assert helpers, f"no oracle of {exercise} is gated"
+    require_own_work(exercise, {})
+    for helper in helpers:
+        with pytest.raises(FinishedAnswerUsed, match=f"the tests' own computation of `{exercise}`"):
+            helper()   # the gate refuses before the arguments are even looked at
+

@@ -18,6 +18,7 @@ from torch import nn
 
 from transformer_course import Transformer
 from transformer_course.data import Vocab
+from transformer_course.oracles.training import params, reference_step
 from transformer_course.train import main
 from transformer_course.checkpoints import load_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, make_config
@@ -48,10 +49,6 @@ def padded_batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
         src[b, S - b:] = pad_idx
         tgt[b, T - 2 * b:] = pad_idx
     return src, tgt
-
-
-def flat_params(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 # ----------------------------------------------------------------------------- label_smoothing_loss
@@ -156,19 +153,6 @@ def test_a_run_whose_rate_reaches_zero_at_the_end_cannot_change_its_length_on_re
 
 # ----------------------------------------------------------------------------- train_step
 
-def reference_step(model, src, tgt, optimizer, scheduler, pad_idx, smoothing, clip):
-    logits = model(src, tgt[:, :-1])
-    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), label_smoothing=smoothing,
-                           ignore_index=pad_idx)
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), clip)
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    optimizer.zero_grad()
-    return loss.item()
-
-
 @pytest.mark.parametrize("pad_idx, clip, smoothing", [(0, 100.0, 0.1), (2, 0.05, 0.2), (0, 1.0, 0.0)])
 def test_train_step_equals_a_reference_step_on_a_copy(pad_idx, clip, smoothing):
     model = tiny_model(pad_idx)
@@ -183,17 +167,17 @@ def test_train_step_equals_a_reference_step_on_a_copy(pad_idx, clip, smoothing):
         loss = train_step(model, src, tgt, optimizer, scheduler, pad_idx=pad_idx, smoothing=smoothing, clip=clip)
         expected = reference_step(ref, src, tgt, ref_optimizer, ref_scheduler, pad_idx, smoothing, clip)
         assert isinstance(loss, float) and math.isclose(loss, expected, rel_tol=1e-6)
-        torch.testing.assert_close(flat_params(model), flat_params(ref))
+        torch.testing.assert_close(params(model), params(ref))
         assert all(p.grad is None or not p.grad.any() for p in model.parameters()), "gradients are left zeroed"
     assert scheduler.last_epoch == 3
 
 
 def test_train_step_clips_the_gradient_norm():
     model = tiny_model()
-    before = flat_params(model)
+    before = params(model)
     src, tgt = padded_batch()
     train_step(model, src, tgt, torch.optim.SGD(model.parameters(), lr=1.0), clip=0.01)
-    assert math.isclose((flat_params(model) - before).norm().item(), 0.01, rel_tol=1e-3)
+    assert math.isclose((params(model) - before).norm().item(), 0.01, rel_tol=1e-3)
 
 
 # ----------------------------------------------------------------------------- teacher-forced scores, checkpoints
@@ -305,8 +289,8 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
     assert [r["resumed_at_step"] for r in resumed["runs"]] == [0, stop_at]
     for a, b in zip(resumed["epochs"], log["epochs"]):
         assert math.isclose(a["val_loss"], b["val_loss"], rel_tol=1e-5)
-    torch.testing.assert_close(flat_params(load_checkpoint(tmp_path / "resumed" / "last.pt")["model"]),
-                               flat_params(load_checkpoint(whole / "last.pt")["model"]))
+    torch.testing.assert_close(params(load_checkpoint(tmp_path / "resumed" / "last.pt")["model"]),
+                               params(load_checkpoint(whole / "last.pt")["model"]))
 
     # --resume on a finished run says so and trains nothing; with more epochs it goes on
     before = (whole / "last.pt").stat().st_mtime_ns

@@ -157,7 +157,8 @@ WRONG = [
            mha().replace(", self.n_heads)", ", self.d_k)"), "n_heads and d_k swapped?"),
     Answer("MultiHeadAttention", "one head over all features, the mask passed on as it is",
            mha(attend="heads, weights = scaled_dot_product_attention(self.w_q(query), self.w_k(key), self.w_v(value), "
-                      "mask, self.dropout)", output="self.w_o(heads)"), "the heads are never split"),
+                      "mask, self.dropout)", output="self.w_o(heads)"), "the heads are never split",
+           misleading="no unsqueeze"),
     Answer("MultiHeadAttention", "never checks that d_model is divisible by n_heads",
            mha(check="pass"), "should raise ValueError"),
 ]

@@ -54,7 +54,7 @@ WRONG = [
            "inside the square root"),
     Answer("LayerNorm", "normalises over dimension 0 (batch norm)",
            layer_norm(mean="x.mean(dim=0, keepdim=True)", var="((x - mean) ** 2).mean(dim=0, keepdim=True)"),
-           "batch norm"),
+           "batch norm", misleading="no .detach()"),
     Answer("LayerNorm", "normalises over dimension 1 (right for [N, D], wrong for [B, T, D])",
            layer_norm(mean="x.mean(dim=1, keepdim=True)", var="((x - mean) ** 2).mean(dim=1, keepdim=True)"),
            "across the positions"),

@@ -160,7 +160,7 @@ def label_smoothing_loss(logits, target, smoothing=0.1, ignore_index=-100):
     # noam_lr
     Answer("noam_lr", "step 0 divides by zero", noam(first="pass"), "step 0 must count as step 1"),
     Answer("noam_lr", "min and max swapped", noam(RIGHT_FORMULA.replace("min(", "max(")),
-           "the rate is the smaller of the two terms"),
+           "the rate is the smaller of the two terms", misleading="warm-up exponent is wrong"),
     Answer("noam_lr", "warm-up exponent -0.5 instead of -1.5", noam(RIGHT_FORMULA.replace("** -1.5", "** -0.5")),
            "warm-up exponent is wrong"),
     Answer("noam_lr", "factor ignored", noam(RIGHT_FORMULA.replace("factor * ", "")), "factor is ignored"),

@@ -156,7 +156,7 @@ def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty
         if all(ids[-1] == eos_idx for ids, _ in beam):
             break
     return max(beam, key=lambda c: c[1] / ((5 + len(c[0]) - 1) / 6) ** length_penalty)[0]
-''', "finished hypotheses stay in the beam"),
+''', "finished hypotheses stay in the beam", misleading="length_penalty argument"),
     Answer("beam_search", "drops finished hypotheses", beam(keep="live = [c for c in kept if c[0][-1] != eos_idx]"),
            "set aside as finished"),
     Answer("beam_search", "returns the hypothesis without <bos>", beam(result="best[0][1:]"), "starts with bos_idx"),

@@ -1,0 +1,492 @@
+"""Oracles of notebook 07 (build_vocab, label_smoothing_loss, noam_lr, train_step), shared by its hidden tests.
+
+The expected values come from independent computations: a vocabulary counted with a dict and a stable sort,
+PyTorch's F.cross_entropy with label_smoothing in float64, the learning-rate formula's two branches written
+out, and a training step made of PyTorch's own calls (F.cross_entropy, clip_grad_norm_, the optimizer and the
+scheduler); never the course's solution (transformer_course.data, transformer_course.training). The model a
+step trains is the course's finished Transformer, the notebook's. Every check takes the student's function,
+and the notebook's namespace where the test watches or replaces a name the student's code looks up.
+
+The functions that compute an exercise's answer are helpers of that exercise in own_work's table: during its
+tests an answer that calls them is refused.
+"""
+import copy
+import math
+import random
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_course as course
+
+from .. import testing
+from ..model import Transformer
+
+NO_BUILTIN = ("label_smoothing_loss calls F.cross_entropy(..., label_smoothing=...) (or nn.CrossEntropyLoss with "
+              "label_smoothing): the exercise is to write it yourself, from log_softmax")
+
+
+def vocab_call(build_vocab, sentences, what, **kwargs):
+    """The student's vocabulary; errors become messages that say where to look."""
+    try:
+        vocab = build_vocab(sentences, **kwargs)
+    except NotImplementedError:
+        raise
+    except ValueError as error:
+        if "twice" in str(error):
+            raise AssertionError(f"{what} failed: {error}. A special token that also occurs in the sentences "
+                                 "was added a second time: leave the specials out when you add the frequent tokens") from None
+        raise AssertionError(f"{what} failed with ValueError: {error}") from None
+    except (TypeError, AttributeError, KeyError) as error:
+        raise AssertionError(f"{what} failed with {type(error).__name__}: {error}. sentences is an iterable of "
+                             "token lists (maybe a generator, which has no len() and can be read once)") from None
+    for attribute in ("itos", "stoi", "encode", "decode"):
+        assert hasattr(vocab, attribute), f"{what} has no `{attribute}`: return Vocab(itos)"
+    return vocab
+
+
+def oracle_itos(sentences, min_freq, specials):
+    """Counted with a dict; a stable sort by count keeps the alphabetical order of ties."""
+    count = {}
+    for sentence in sentences:
+        for token in sentence:
+            count[token] = count.get(token, 0) + 1
+    kept = [t for t in sorted(count) if count[t] >= min_freq and t not in specials]
+    kept.sort(key=lambda t: count[t], reverse=True)
+    return list(specials) + kept
+
+
+def itos_mistake(itos, sentences, min_freq, specials):
+    """A sentence naming the mistake that produces itos, or None."""
+    count, first, per_sentence = {}, {}, {}
+    for i, sentence in enumerate(sentences):
+        for token in sentence:
+            count[token] = count.get(token, 0) + 1
+            first.setdefault(token, (i, len(first)))
+        for token in set(sentence):
+            per_sentence[token] = per_sentence.get(token, 0) + 1
+    specials = list(specials)
+
+    def order(tokens, key):
+        return sorted(tokens, key=key)
+    kept = [t for t in count if count[t] >= min_freq and t not in specials]
+    candidates = {
+        "ties are in the order the tokens first appear (as Counter.most_common gives them): break ties "
+        "alphabetically, e.g. sort by (-count, token)": specials + order(kept, lambda t: (-count[t], first[t])),
+        "ties are in reverse alphabetical order (sorted(..., reverse=True) reverses the tie-break too): sort by "
+        "(-count, token)": specials + order(kept, lambda t: (-count[t], [-ord(c) for c in t])),
+        "tokens seen exactly min_freq times are missing: keep a token when count >= min_freq, not > min_freq":
+            specials + order([t for t in kept if count[t] > min_freq], lambda t: (-count[t], t)),
+        "min_freq is ignored: tokens seen fewer than min_freq times are in the vocabulary":
+            specials + order([t for t in count if t not in specials], lambda t: (-count[t], t)),
+        "the tokens are sorted by ascending count: the most frequent tokens come first":
+            specials + order(kept, lambda t: (count[t], t)),
+        "the specials are not at the start: itos begins with the specials, in the order given":
+            order(kept, lambda t: (-count[t], t)) + specials,
+        "the specials are sorted: keep them in the order given": sorted(specials) + order(kept, lambda t: (-count[t], t)),
+        "tokens are counted once per sentence: count every occurrence":
+            specials + order([t for t in per_sentence if per_sentence[t] >= min_freq and t not in specials],
+                             lambda t: (-per_sentence[t], t)),
+    }
+    for message, candidate in candidates.items():
+        if list(itos) == candidate:
+            return message
+    if len(set(itos)) < len(itos):
+        return ("a token appears twice in itos: a special token that also occurs in the sentences was added "
+                "again; leave the specials out when you add the frequent tokens")
+    return None
+
+
+def assert_itos(vocab, sentences, min_freq, specials, what):
+    expected = oracle_itos(sentences, min_freq, specials)
+    itos = list(vocab.itos)
+    if itos != expected:
+        mistake = itos_mistake(itos, sentences, min_freq, specials)
+        if mistake:
+            raise AssertionError(f"{what}.itos is wrong: {mistake}")
+        raise AssertionError(f"{what}.itos is wrong: expected {len(expected)} tokens starting {expected[:12]}, "
+                             f"got {len(itos)} starting {itos[:12]}")
+
+
+def _uses_builtin(*args, **kwargs):
+    return bool(kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0))
+
+
+def ls_call(label_smoothing_loss, namespace, logits, target, what, **kwargs):
+    with testing.forbidden(namespace, torch.nn.functional, "cross_entropy", NO_BUILTIN, when=_uses_builtin):
+        try:
+            return label_smoothing_loss(logits, target, **kwargs)
+        except (RuntimeError, IndexError) as error:
+            raise AssertionError(f"{what} failed with {type(error).__name__}: {error}. Ignored targets (e.g. -100) are "
+                                 "not valid indices: replace them before indexing, and leave them out of the mean") from None
+
+
+def smoothed(target, V, s, other=False, no_self=False):
+    one_hot = F.one_hot(target.clamp(min=0), V).double()
+    if other:
+        return one_hot * (1 - s) + (1 - one_hot) * s / (V - 1)
+    if no_self:
+        return one_hot * (1 - s) + (1 - one_hot) * s / V
+    return one_hot * (1 - s) + s / V
+
+
+def mistakes_for(logits, target, s, ignore_index):
+    """What common mistakes give (float64)."""
+    x = logits.detach().double()
+    V = x.size(-1)
+    keep = target != ignore_index
+    logp = x.log_softmax(-1)
+    def mean_kept(per_position):
+        return per_position[keep].mean()
+    q = smoothed(target, V, s)
+    per = -(q * logp).sum(-1)
+    return {
+        "the smoothing is spread as smoothing / (V - 1) over the other tokens; here every token gets smoothing / V "
+        "(the target one too): q = (1 - smoothing) * one_hot + smoothing / V":
+            mean_kept(-(smoothed(target, V, s, other=True) * logp).sum(-1)),
+        "the target token does not get its share smoothing / V: q = (1 - smoothing) * one_hot + smoothing / V":
+            mean_kept(-(smoothed(target, V, s, no_self=True) * logp).sum(-1)),
+        "the logits are used as log-probabilities: apply log_softmax first": mean_kept(-(q * x).sum(-1)),
+        "log_softmax runs over the wrong dimension: normalise over the vocabulary, dim=-1":
+            mean_kept(-(q * x.log_softmax(0)).sum(-1)),
+        "the smoothing is ignored: the loss equals the plain cross-entropy": mean_kept(-logp.gather(-1, target.clamp(min=0)[:, None])[:, 0]),
+        "the loss is summed instead of averaged over the positions": per[keep].sum(),
+        "ignored positions are left out of the sum but still counted: divide by the number of non-ignored positions":
+            per[keep].sum() / len(target),
+        "ignored positions are not ignored: leave the positions whose target is ignore_index out of the mean":
+            per.mean(),
+    }
+
+
+def expected_loss(logits, target, s, ignore_index):
+    return F.cross_entropy(logits.detach().double(), target, label_smoothing=s, ignore_index=ignore_index)
+
+
+def lr_call(noam_lr, step, d_model, warmup_steps, what, **kwargs):
+    try:
+        value = noam_lr(step, d_model, warmup_steps, **kwargs)
+    except NotImplementedError:
+        raise
+    except (ZeroDivisionError, ValueError):
+        raise AssertionError(f"{what} divides by zero: step 0 must count as step 1 (step = max(step, 1))") from None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise AssertionError(f"{what} returned {value!r}: return a number") from None
+
+
+def expected_lr(step, d_model, warmup_steps, factor=1.0):
+    """The two branches written out: linear warm-up, then 1/sqrt(step) decay."""
+    step = max(int(step), 1)
+    if step < warmup_steps:
+        return factor * step / (math.sqrt(d_model) * warmup_steps ** 1.5)
+    return factor / math.sqrt(d_model * step)
+
+
+def lr_mistakes(step, d_model, warmup_steps, factor):
+    s = max(step, 1)
+    return {
+        "min and max are swapped: the rate must be the smaller of step^-0.5 and step * warmup^-1.5":
+            factor * d_model ** -0.5 * max(s ** -0.5, s * warmup_steps ** -1.5),
+        "the warm-up exponent is wrong: step * warmup_steps ** -1.5": factor * d_model ** -0.5 * min(s ** -0.5, s * warmup_steps ** -0.5),
+        "factor is ignored: multiply by it": d_model ** -0.5 * min(s ** -0.5, s * warmup_steps ** -1.5),
+        "the factor d_model^-0.5 is missing": factor * min(s ** -0.5, s * warmup_steps ** -1.5),
+        "every step is shifted by one (step + 1): only step 0 counts as step 1":
+            factor * d_model ** -0.5 * min((step + 1) ** -0.5, (step + 1) * warmup_steps ** -1.5),
+    }
+
+
+def assert_lr(noam_lr, step, d_model, warmup_steps, factor=1.0):
+    what = f"noam_lr({step}, d_model={d_model}, warmup_steps={warmup_steps}, factor={factor})"
+    got = lr_call(noam_lr, step, d_model, warmup_steps, what, factor=factor)
+    expected = expected_lr(step, d_model, warmup_steps, factor)
+    if not math.isclose(got, expected, rel_tol=1e-6, abs_tol=1e-12):
+        for mistake, value in lr_mistakes(step, d_model, warmup_steps, factor).items():
+            if math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-12):
+                raise AssertionError(f"{what} is {got:.6g}, expected {expected:.6g}: {mistake}")
+        raise AssertionError(f"{what} is {got:.6g}, expected {expected:.6g}")
+
+
+def tiny_model(pad_idx=0, seed=0, src_vocab=11, tgt_vocab=13):
+    with testing.same_random_numbers(seed):
+        return Transformer(src_vocab, tgt_vocab, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
+                           d_ff=32, dropout=0.0, max_len=64, pad_idx=pad_idx)
+
+
+def batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
+    """src [B, S] and tgt [B, T] (<bos>=... anything but pad), padded at the end with pad_idx."""
+    generator = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, src_vocab, (B, S), generator=generator)
+    tgt = torch.randint(0, tgt_vocab, (B, T), generator=generator)
+    src[src == pad_idx] = (pad_idx + 1) % src_vocab
+    tgt[tgt == pad_idx] = (pad_idx + 1) % tgt_vocab
+    if pad_idx != 0:
+        tgt[0, 2] = 0                    # id 0 is an ordinary token here
+    for b in range(1, B):
+        src[b, S - b:] = pad_idx
+        tgt[b, T - 2 * b:] = pad_idx
+    return src, tgt
+
+
+def step_call(train_step, namespace, what, *args, **kwargs):
+    with testing.substituted(namespace, label_smoothing_loss=course.training.label_smoothing_loss):
+        try:
+            return train_step(*args, **kwargs)
+        except NotImplementedError:
+            raise
+        except (RuntimeError, ValueError, IndexError) as error:
+            raise AssertionError(
+                f"{what} failed with {type(error).__name__}: {error}. The decoder reads tgt[:, :-1] and its logits "
+                "[B, T-1, V] are compared with tgt[:, 1:]; flatten both before the loss") from None
+
+
+def reference_loss(model, src, tgt, pad_idx, smoothing):
+    logits = model(src, tgt[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1),
+                           label_smoothing=smoothing, ignore_index=pad_idx)
+
+
+def reference_step(model, src, tgt, optimizer, scheduler, pad_idx, smoothing, clip):
+    loss = reference_loss(model, src, tgt, pad_idx, smoothing)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), clip)
+    optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    optimizer.zero_grad()
+    return loss.item()
+
+
+def params(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def loss_mistakes(model, src, tgt, pad_idx, smoothing):
+    with torch.no_grad():
+        full = model(src, tgt)
+        V = full.size(-1)
+        shifted = model(src, tgt[:, :-1])
+        return {
+            "the labels are not shifted (the decoder reads tgt and is compared with tgt): read tgt[:, :-1], compare with tgt[:, 1:]":
+                F.cross_entropy(full.reshape(-1, V), tgt.reshape(-1), label_smoothing=smoothing, ignore_index=pad_idx),
+            "the labels are tgt[:, :-1], the decoder's own input: compare with the next tokens, tgt[:, 1:]":
+                F.cross_entropy(shifted.reshape(-1, V), tgt[:, :-1].reshape(-1), label_smoothing=smoothing, ignore_index=pad_idx),
+            "padding is not ignored: pass ignore_index=pad_idx to the loss":
+                F.cross_entropy(shifted.reshape(-1, V), tgt[:, 1:].reshape(-1), label_smoothing=smoothing),
+            "the padding id is hard-coded as 0: pass ignore_index=pad_idx":
+                F.cross_entropy(shifted.reshape(-1, V), tgt[:, 1:].reshape(-1), label_smoothing=smoothing, ignore_index=0),
+            "the smoothing argument is not passed on to the loss":
+                F.cross_entropy(shifted.reshape(-1, V), tgt[:, 1:].reshape(-1), label_smoothing=0.1, ignore_index=pad_idx),
+        }
+
+
+def check_build_vocab_order(build_vocab):
+    """The hidden tests of `test_build_vocab_order`."""
+    rng = random.Random(7)
+    words = [f"{a}{b}" for a in "zyxwvu" for b in "mlkji"]      # 30 words, listed in reverse alphabetical order
+    rng.shuffle(words)
+    for trial in range(6):
+        sentences = []
+        for _ in range(rng.randint(5, 40)):
+            sentences.append([rng.choice(words[: 5 + trial * 4]) for _ in range(rng.randint(0, 9))])
+        min_freq = [1, 2, 3, 2, 5, 2][trial]
+        what = f"build_vocab(<{len(sentences)} random sentences>, min_freq={min_freq})"
+        assert_itos(vocab_call(build_vocab, sentences, what, min_freq=min_freq), sentences, min_freq, ["<pad>", "<unk>", "<bos>", "<eos>"], what)
+    sentences = [["b", "a", "b"], ["a", "c"], ["d"]]
+    assert_itos(vocab_call(build_vocab, sentences, "build_vocab(sentences)"), sentences, 2, ["<pad>", "<unk>", "<bos>", "<eos>"],
+                "build_vocab(sentences) (default min_freq=2)")
+    gen_vocab = vocab_call(build_vocab, (s for s in sentences), "build_vocab(<a generator>)", min_freq=1)
+    assert_itos(gen_vocab, sentences, 1, ["<pad>", "<unk>", "<bos>", "<eos>"], "build_vocab(<a generator of token lists>, min_freq=1)")
+    empty = vocab_call(build_vocab, [], "build_vocab([])")
+    assert list(empty.itos) == ["<pad>", "<unk>", "<bos>", "<eos>"], \
+        f"build_vocab([]).itos should be the four specials alone, got {list(empty.itos)}"
+
+
+def check_build_vocab_specials(build_vocab):
+    """The hidden tests of `test_build_vocab_specials`."""
+    specials = ("<s>", "</s>", "<unk>", "<pad>", "<mask>")
+    sentences = [["x", "</s>", "y", "<mask>"], ["y", "</s>", "x", "z"], ["</s>", "y"]]
+    what = f"build_vocab(sentences, min_freq=1, specials={specials})"
+    vocab = vocab_call(build_vocab, sentences, what, min_freq=1, specials=specials)
+    assert_itos(vocab, sentences, 1, specials, what)
+    assert len(vocab) == 8, f"len({what}) is {len(vocab)}, expected 8"
+    assert [vocab.stoi[t] for t in vocab.itos] == list(range(len(vocab))), f"{what}: stoi does not invert itos"
+    assert vocab.encode(["y", "w", "<mask>"]) == [5, 2, 4], \
+        f"{what}.encode(['y', 'w', '<mask>']) gave {vocab.encode(['y', 'w', '<mask>'])}, expected [5, 2, 4] (unknown -> <unk>, id 2)"
+    assert list(vocab.decode([5, 6, 0])) == ["y", "x", "<s>"], f"{what}.decode([5, 6, 0]) gave {list(vocab.decode([5, 6, 0]))}"
+    sentences = [["<pad>", "<eos>", "w"], ["<bos>", "<unk>", "w", "<eos>"]] * 2
+    what = "build_vocab(sentences in which every special occurs)"
+    assert_itos(vocab_call(build_vocab, sentences, what), sentences, 2, ["<pad>", "<unk>", "<bos>", "<eos>"], what)
+
+
+def check_label_smoothing_loss_values(label_smoothing_loss, namespace):
+    """The hidden tests of `test_label_smoothing_loss_values`."""
+    generator = torch.Generator().manual_seed(3)
+    for N, V, s, scale in [(7, 5, 0.1, 1.0), (12, 37, 0.25, 3.0), (1, 3, 0.1, 1.0), (30, 1000, 0.1, 5.0),
+                           (5, 11, 0.0, 2.0), (9, 6, 0.5, 1.0), (4, 4, 1.0, 1.0)]:
+        logits = torch.randn(N, V, generator=generator) * scale
+        target = torch.randint(0, V, (N,), generator=generator)
+        what = f"label_smoothing_loss(logits [{N}, {V}], target [{N}], smoothing={s})"
+        got = ls_call(label_smoothing_loss, namespace, logits, target, what, smoothing=s)
+        testing.check_tensor(got, what, shape=[])
+        testing.assert_close(got, expected_loss(logits, target, s, -100), what, atol=1e-5, rtol=1e-5,
+                     mistakes=mistakes_for(logits, target, s, -100) if s > 0 else None)
+    logits, target = torch.randn(6, 9, generator=generator), torch.randint(0, 9, (6,), generator=generator)
+    testing.assert_close(ls_call(label_smoothing_loss, namespace, logits, target, "label_smoothing_loss(logits, target)"), expected_loss(logits, target, 0.1, -100),
+                 "label_smoothing_loss(logits, target) with the default smoothing (0.1)", atol=1e-5)
+    logits = torch.tensor([[80.0, -80.0, 0.0], [-90.0, 90.0, 10.0]])
+    target = torch.tensor([1, 0])
+    got = ls_call(label_smoothing_loss, namespace, logits, target, "label_smoothing_loss(logits of size +-90)")
+    testing.assert_close(got, expected_loss(logits, target, 0.1, -100), "label_smoothing_loss(logits of size +-90)", atol=1e-3, rtol=1e-5, mistakes={
+        "log(softmax(...)) gives -inf for tiny probabilities: use log_softmax": torch.tensor(float("inf"))})
+
+
+def check_label_smoothing_loss_ignore(label_smoothing_loss, namespace):
+    """The hidden tests of `test_label_smoothing_loss_ignore`."""
+    generator = torch.Generator().manual_seed(5)
+    for N, V, s, ignore_index in [(10, 7, 0.1, 0), (16, 13, 0.2, 3), (8, 5, 0.1, -100), (20, 50, 0.1, -1), (6, 4, 0.0, 2)]:
+        logits = torch.randn(N, V, generator=generator) * 2
+        target = torch.randint(0, V, (N,), generator=generator)
+        target[torch.rand(N, generator=generator) < 0.4] = ignore_index
+        target[0] = (ignore_index + 1) % V            # at least one position counts
+        what = f"label_smoothing_loss(logits [{N}, {V}], target with {int((target == ignore_index).sum())} of {N} ignored, smoothing={s}, ignore_index={ignore_index})"
+        got = ls_call(label_smoothing_loss, namespace, logits, target, what, smoothing=s, ignore_index=ignore_index)
+        testing.check_tensor(got, what, shape=[])
+        testing.assert_close(got, expected_loss(logits, target, s, ignore_index), what, atol=1e-5, rtol=1e-5,
+                     mistakes=mistakes_for(logits, target, s, ignore_index))
+
+
+def check_label_smoothing_loss_gradient(label_smoothing_loss, namespace):
+    """The hidden tests of `test_label_smoothing_loss_gradient`."""
+    generator = torch.Generator().manual_seed(9)
+    for N, V, s, ignore_index in [(6, 8, 0.1, 0), (11, 20, 0.3, -100)]:
+        x = torch.randn(N, V, generator=generator, dtype=torch.float64)
+        target = torch.randint(1, V, (N,), generator=generator)
+        target[::3] = ignore_index
+        ours = x.clone().requires_grad_(True)
+        what = f"label_smoothing_loss(float64 logits [{N}, {V}], smoothing={s}, ignore_index={ignore_index})"
+        got = ls_call(label_smoothing_loss, namespace, ours, target, what, smoothing=s, ignore_index=ignore_index)
+        testing.check_tensor(got, what, shape=[], dtype=torch.float64)
+        got.backward()
+        theirs = x.clone().requires_grad_(True)
+        F.cross_entropy(theirs, target, label_smoothing=s, ignore_index=ignore_index).backward()
+        testing.assert_close(ours.grad, theirs.grad, f"the gradient of {what} with respect to the logits", atol=1e-8, rtol=1e-6)
+
+
+def check_noam_lr_values(noam_lr):
+    """The hidden tests of `test_noam_lr_values`."""
+    for d_model, warmup_steps, factor in [(512, 4000, 1.0), (128, 400, 2.0), (1024, 100, 0.5), (64, 1, 1.0), (256, 3000, 1.0)]:
+        for step in [1, 2, 7, warmup_steps - 1, warmup_steps, warmup_steps + 1, 3 * warmup_steps + 5, 100000]:
+            if step >= 1:
+                assert_lr(noam_lr, step, d_model, warmup_steps, factor)
+    assert_lr(noam_lr, 50, 512, 4000)   # the default factor is 1
+
+
+def check_noam_lr_step0(noam_lr):
+    """The hidden tests of `test_noam_lr_step0`."""
+    for d_model, warmup_steps, factor in [(128, 400, 2.0), (64, 1, 1.0)]:
+        assert_lr(noam_lr, 0, d_model, warmup_steps, factor)
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: noam_lr(step, 64, 10))
+    for step in range(3):
+        expected = expected_lr(step, 64, 10)
+        assert math.isclose(optimizer.param_groups[0]["lr"], expected, rel_tol=1e-6), \
+            f"with LambdaLR the rate at step {step} is {optimizer.param_groups[0]['lr']:.6g}, expected {expected:.6g}"
+        optimizer.step()
+        scheduler.step()
+
+
+def check_train_step_loss(train_step, namespace):
+    """The hidden tests of `test_train_step_loss`."""
+    for pad_idx, smoothing, seed in [(0, 0.1, 0), (2, 0.2, 1), (0, 0.0, 2), (5, 0.1, 3)]:
+        model = tiny_model(pad_idx, seed)
+        src, tgt = batch(pad_idx, seed + 10)
+        what = f"train_step(model, src, tgt, optimizer, pad_idx={pad_idx}, smoothing={smoothing})"
+        expected = reference_loss(copy.deepcopy(model), src, tgt, pad_idx, smoothing)
+        mistakes = loss_mistakes(copy.deepcopy(model), src, tgt, pad_idx, smoothing)
+        got = step_call(train_step, namespace, what, model, src, tgt, torch.optim.SGD(model.parameters(), lr=0.01), pad_idx=pad_idx, smoothing=smoothing)
+        assert isinstance(got, float), f"{what} returned a {type(got).__name__}: return loss.item(), a Python float"
+        testing.assert_close(torch.tensor(got), expected, f"the loss returned by {what}", atol=1e-5, rtol=1e-5,
+                     mistakes={k: v for k, v in mistakes.items() if not torch.allclose(v.double(), expected.double(), atol=1e-5)})
+    model = tiny_model(0, 4)
+    src, tgt = batch(0, 14)
+    expected = reference_loss(copy.deepcopy(model), src, tgt, 0, 0.1)
+    got = step_call(train_step, namespace, "train_step(model, src, tgt, optimizer)", model, src, tgt, torch.optim.SGD(model.parameters(), lr=0.01))
+    testing.assert_close(torch.tensor(got), expected, "the loss returned by train_step with the default pad_idx and smoothing", atol=1e-5)
+
+
+def check_train_step_update(train_step, namespace):
+    """The hidden tests of `test_train_step_update`."""
+    for pad_idx, seed, make in [(0, 0, lambda ps: torch.optim.SGD(ps, lr=0.5)),
+                                (3, 1, lambda ps: torch.optim.SGD(ps, lr=0.3, momentum=0.9))]:
+        model = tiny_model(pad_idx, seed)
+        ref = copy.deepcopy(model)
+        optimizer, ref_optimizer = make(model.parameters()), make(ref.parameters())
+        batches = [batch(pad_idx, seed + 20), batch(pad_idx, seed + 30, B=2, S=5, T=9)]
+        start = params(model)
+        for number, (src, tgt) in enumerate(batches, 1):
+            what = f"after {number} call{'s' if number > 1 else ''} of train_step(model, src, tgt, SGD, pad_idx={pad_idx}, clip=100)"
+            before = params(model)
+            step_call(train_step, namespace, what, model, src, tgt, optimizer, pad_idx=pad_idx, clip=100.0)
+            reference_step(ref, src, tgt, ref_optimizer, None, pad_idx, 0.1, 100.0)
+            got, expected = params(model), params(ref)
+            if torch.allclose(got, before):
+                raise AssertionError(f"{what}: no parameter changed. Call optimizer.step() after loss.backward(), and do not "
+                                     "zero the gradients between backward() and step()")
+            if number == 2 and not torch.allclose(got, expected, atol=1e-5, rtol=1e-4):
+                raise AssertionError(f"{what}: the parameters differ from a correct step. Are the gradients cleared in every "
+                                     "step (optimizer.zero_grad())? PyTorch adds new gradients to the old ones")
+            testing.assert_close(got, expected, f"the parameters {what}", atol=1e-5, rtol=1e-4)
+
+
+def check_train_step_clip(train_step, namespace):
+    """The hidden tests of `test_train_step_clip`."""
+    for pad_idx, seed, clip in [(0, 5, 0.05), (1, 6, 0.3), (0, 7, 1e6)]:
+        model = tiny_model(pad_idx, seed)
+        ref, unclipped, by_value = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model)
+        src, tgt = batch(pad_idx, seed + 40)
+        what = f"the parameters after train_step(SGD(lr=1), clip={clip})"
+        step_call(train_step, namespace, what, model, src, tgt, torch.optim.SGD(model.parameters(), lr=1.0), pad_idx=pad_idx, clip=clip)
+        reference_step(ref, src, tgt, torch.optim.SGD(ref.parameters(), lr=1.0), None, pad_idx, 0.1, clip)
+        reference_step(unclipped, src, tgt, torch.optim.SGD(unclipped.parameters(), lr=1.0), None, pad_idx, 0.1, 1e9)
+        optimizer = torch.optim.SGD(by_value.parameters(), lr=1.0)
+        reference_loss(by_value, src, tgt, pad_idx, 0.1).backward()
+        nn.utils.clip_grad_value_(by_value.parameters(), clip)
+        optimizer.step()
+        mistakes = {"the gradients are not clipped (or clipped before backward() / after step()): call "
+                    "clip_grad_norm_(model.parameters(), clip) between loss.backward() and optimizer.step()": params(unclipped),
+                    "each value was clipped to [-clip, clip] (clip_grad_value_): clip the norm of all gradients together "
+                    "with clip_grad_norm_": params(by_value)}
+        testing.assert_close(params(model), params(ref), what, atol=1e-6, rtol=1e-4,
+                     mistakes={k: v for k, v in mistakes.items() if not torch.allclose(v, params(ref), atol=1e-6)})
+
+
+def check_train_step_scheduler(train_step, namespace):
+    """The hidden tests of `test_train_step_scheduler`."""
+    for pad_idx, seed in [(0, 8), (2, 9)]:
+        model = tiny_model(pad_idx, seed)
+        ref, early = copy.deepcopy(model), copy.deepcopy(model)
+        schedule = lambda step: [1.0, 0.01, 0.5, 0.2][min(step, 3)]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        ref_optimizer = torch.optim.SGD(ref.parameters(), lr=0.5)
+        ref_scheduler = torch.optim.lr_scheduler.LambdaLR(ref_optimizer, schedule)
+        src, tgt = batch(pad_idx, seed + 50)
+        what = f"the parameters after train_step(SGD, LambdaLR, pad_idx={pad_idx})"
+        step_call(train_step, namespace, what, model, src, tgt, optimizer, scheduler, pad_idx=pad_idx)
+        reference_step(ref, src, tgt, ref_optimizer, ref_scheduler, pad_idx, 0.1, 1.0)
+        # the mistake: the scheduler stepped before the optimizer, so the update used the next step's rate
+        early_optimizer = torch.optim.SGD(early.parameters(), lr=0.5 * schedule(1))
+        reference_step(early, src, tgt, early_optimizer, None, pad_idx, 0.1, 1.0)
+        testing.assert_close(params(model), params(ref), what, atol=1e-6, rtol=1e-4, mistakes={
+            "the update used the learning rate of the next step: call scheduler.step() after optimizer.step()": params(early)})
+        assert scheduler.last_epoch == 1, f"after one train_step the scheduler made {scheduler.last_epoch} steps, expected 1"
+        assert math.isclose(optimizer.param_groups[0]["lr"], 0.5 * schedule(1)), \
+            "after one train_step the optimizer should have the rate of step 1: call scheduler.step() once per step"
+
+
+ANSWER_HELPERS = {"build_vocab": (oracle_itos, itos_mistake),
+                  "label_smoothing_loss": (smoothed, mistakes_for, expected_loss),
+                  "noam_lr": (expected_lr, lr_mistakes),
+                  "train_step": (reference_loss, reference_step, loss_mistakes)}
