@@ -283,7 +283,8 @@ def install(modules):
         restored.clear()
         return report
 
-    setattr_(builtins, NAME, check)  # noqa: F821. Before the capture: the check is one of the originals
+    # Before the capture, so that the check is one of the originals. NAME is set by the executor.
+    setattr_(builtins, NAME, check)  # noqa: F821
     shell.events.register("post_execute", lambda: restore_all(SWAPPED_BY_KERNEL))
     watched += [Watch(m.__name__ + ".", vars(m).get, vars(m).__setitem__, list(vars(m).items())) for m in modules]
     watched.append(Watch("sys.modules['", sys.modules.get, sys.modules.__setitem__,

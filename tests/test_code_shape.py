@@ -1,6 +1,9 @@
 """The code stays readable at once: no function or method longer than MAX_LINES lines (its `def` line to
-its last line, docstring included) in the packages listed in CHECKED_DIRECTORIES."""
+its last line, docstring included) in the packages listed in CHECKED_DIRECTORIES, and nothing ruff reports
+with the rules pyproject.toml selects."""
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,3 +45,9 @@ def test_no_function_is_longer_than_max_lines():
     found = [entry for directory in CHECKED_DIRECTORIES for entry in long_functions(directory)]
     assert not found, (f"functions longer than {MAX_LINES} lines (split them into steps with names): "
                        + "; ".join(f"{where} {name} ({length} lines)" for where, name, length in found))
+
+
+def test_ruff_reports_nothing():
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", "."],
+                            cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, f"ruff (its rules are in pyproject.toml) reports:\n{result.stdout}{result.stderr}"

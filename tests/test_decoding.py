@@ -456,7 +456,8 @@ def test_cached_greedy_decode_gives_the_tokens_of_greedy_decode(norm_first, seed
     model = small_transformer(norm_first, seed=seed)
     expected = greedy_decode(model, PADDED_SOURCE, 15, 1, 2)
     assert torch.equal(cached_greedy_decode(model, PADDED_SOURCE, 15, 1, 2), expected)
-    eos = expected[0, min(3, expected.size(1) - 1)].item()               # an <eos> the rows produce: finished rows, padding, early stop
+    # an <eos> the rows produce: finished rows, padding, early stop
+    eos = expected[0, min(3, expected.size(1) - 1)].item()
     expected = greedy_decode(model, PADDED_SOURCE, 15, 1, eos)
     assert torch.equal(cached_greedy_decode(model, PADDED_SOURCE, 15, 1, eos), expected)
     assert torch.equal(cached_greedy_decode(model, PADDED_SOURCE, 1, 1, 2), torch.ones(3, 1, dtype=torch.long))
@@ -505,7 +506,10 @@ def test_sampling_distribution_temperature_and_filters():
 
 def test_sample_decode_is_reproducible_and_near_greedy_when_cold():
     model = small_transformer(seed=3)
-    draw = lambda seed, **kw: sample_decode(model, PADDED_SOURCE, 12, 1, 2, generator=torch.Generator().manual_seed(seed), **kw)
+
+    def draw(seed, **kw):
+        return sample_decode(model, PADDED_SOURCE, 12, 1, 2, generator=torch.Generator().manual_seed(seed), **kw)
+
     assert torch.equal(draw(0), draw(0))
     assert not torch.equal(draw(0), draw(1))
     greedy = greedy_decode(model, PADDED_SOURCE, 12, 1, 2)

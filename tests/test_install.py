@@ -64,9 +64,9 @@ def test_install_sources():
                                        "(badge.svg)](https://colab.research.google.com/github/someone/course/blob/"
                                        "v1.2.0/notebooks/01_x/01_x.ipynb)")
     with pytest.raises(ValueError, match="install-from"):
-        Course("transformer-course", "1.2.0", "https://github.com/someone/course", "conda").package
+        _ = Course("transformer-course", "1.2.0", "https://github.com/someone/course", "conda").package
     with pytest.raises(ValueError, match="github.com"):
-        Course("transformer-course", "1.2.0", "https://gitlab.com/someone/course", "git").colab
+        _ = Course("transformer-course", "1.2.0", "https://gitlab.com/someone/course", "git").colab
 
 
 def build_wheel(tmp_path):

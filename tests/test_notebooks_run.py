@@ -1,5 +1,4 @@
 """Every solution notebook runs top to bottom on CPU, from a folder of its own (as on Colab)."""
-import os
 import time
 
 import nbformat

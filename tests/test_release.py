@@ -1,6 +1,5 @@
 """The student releases in notebooks/ are what nbgrader makes of solutions/, and give nothing away."""
 import json
-from pathlib import Path
 
 import nbformat
 import pytest

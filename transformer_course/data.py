@@ -127,7 +127,7 @@ def fetch(name, *, cache_dir=None, mirror=None, base_url=BASE_URL, checksums=Non
     if path.exists():
         if sha256_of(path) == expected:
             return path
-        warnings.warn(f"{path} does not match its SHA-256 (a corrupt or changed file): downloading it again")
+        warnings.warn(f"{path} does not match its SHA-256 (a corrupt or changed file): downloading it again", stacklevel=2)
         path.unlink()  # so that a failed download never leaves the bad file behind
     _download_with_retries(f"{base_url.rstrip('/')}/{name}", path, expected, tries, backoff, timeout, progress)
     return path

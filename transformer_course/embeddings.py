@@ -70,5 +70,6 @@ class PositionalEncoding(nn.Module):
         """Embeddings x [B, T, d_model] -> x + pe[:T] [B, T, d_model], then dropout."""
         length, max_len = x.size(1), self.pe.size(0)
         if length > max_len:
-            raise ValueError(f"sequence length {length} exceeds max_len={max_len}; build PositionalEncoding with a larger max_len")
+            raise ValueError(f"sequence length {length} exceeds max_len={max_len}; "
+                             "build PositionalEncoding with a larger max_len")
         return self.dropout(x + self.pe[:length])

@@ -39,5 +39,5 @@ def lr_scheduler(optimizer, d_model, warmup_steps, factor=1.0, schedule="noam", 
         rate = partial(rate, total_steps=total_steps)
     for group in optimizer.param_groups:
         if group["lr"] != 1.0:
-            warnings.warn(f"the optimizer's lr is {group['lr']}, not 1.0: the schedule multiplies it")
+            warnings.warn(f"the optimizer's lr is {group['lr']}, not 1.0: the schedule multiplies it", stacklevel=2)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
