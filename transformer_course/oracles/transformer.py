@@ -37,6 +37,31 @@ def call(function, what, hint):
         raise AssertionError(f"{what} failed with {type(error).__name__}: {error}. {hint}") from None
 
 
+def call_decoder(decoder, what, x, memory, src_mask, tgt_mask):
+    """decoder(x, memory, src_mask, tgt_mask); when it fails, the message names a layer that was given another
+    memory than the encoder's (a loop that overwrites memory) before the general hint."""
+    given = []   # the shape of the memory each layer is called with
+
+    def record(module, args, kwargs):
+        given.append(list((args[1] if len(args) > 1 else kwargs.get("memory", torch.empty(0))).shape))
+
+    hooks = [layer.register_forward_pre_hook(record, with_kwargs=True) for layer in getattr(decoder, "layers", [])
+             if isinstance(layer, nn.Module)]
+    try:
+        return call(lambda: decoder(x, memory, src_mask, tgt_mask), what,
+                    "Each layer is called as layer(x, memory, src_mask, tgt_mask).")
+    except AssertionError:
+        wrong = next((i for i, shape in enumerate(given) if shape != list(memory.shape)), None)
+        if wrong is None:
+            raise
+        raise AssertionError(f"{what} failed: layer {wrong} was given a memory of shape {given[wrong]} instead of the "
+                             f"encoder's memory {list(memory.shape)}: every layer reads the same memory; update only x, "
+                             "x = layer(x, memory, src_mask, tgt_mask)") from None
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
 def randomise_norms(module, seed=0):
     """Give every LayerNorm its own gamma and beta, so that the tests can tell the norms apart."""
     generator = torch.Generator().manual_seed(seed)
@@ -628,8 +653,7 @@ def check_decoder_values(Decoder, namespace):
             what = (f"Decoder({n_layers}, 16, 4, 24, norm_first={norm_first}).eval()(x [3, 5, 16], memory [3, {src_len}, 16]"
                     + ("" if src_mask is None else f", src_mask [3, 1, 1, {src_len}]")
                     + ("" if tgt_mask is None else ", tgt_mask [3, 1, 5, 5]") + ")")
-            out = call(lambda: decoder(x, memory, src_mask, tgt_mask), what,
-                       "Each layer is called as layer(x, memory, src_mask, tgt_mask).")
+            out = call_decoder(decoder, what, x, memory, src_mask, tgt_mask)
             options = dict(tgt_mask=None if tgt_mask is None else torch_mask(tgt_mask, 3, 4, 5, 5),
                            memory_key_padding_mask=None if src_mask is None else ~src_mask[:, 0, 0])
             xd, md = x.double(), memory.double()
@@ -674,8 +698,8 @@ def check_decoder_dropout(Decoder, namespace):
             src_mask, tgt_mask = lengths_mask([3, 2], 3), lengths_mask([5, 4], 5) & causal_mask(5)
             assert all(layer.dropout.p == 0.3 for layer in decoder.layers), "pass the dropout argument on to every DecoderLayer"
             with testing.same_random_numbers(seed):
-                out = call(lambda: decoder(x, memory, src_mask, tgt_mask), "Decoder(3, 16, 4, 24).train()(x, memory, src_mask, tgt_mask)",
-                           "Each layer is called as layer(x, memory, src_mask, tgt_mask).")
+                out = call_decoder(decoder, "Decoder(3, 16, 4, 24).train()(x, memory, src_mask, tgt_mask)",
+                                   x, memory, src_mask, tgt_mask)
             # reference: the student's own layers applied in turn, with the same random numbers
             with testing.same_random_numbers(seed):
                 h = x
