@@ -559,6 +559,18 @@ def check_stack_structure(stack, kind, namespace):
                 assert layer.self_attn.attn.shape[1] == n_heads, f"{what}: pass n_heads on to every {name}Layer"
 
 
+def stack_mistakes(run, layers, norm_first):
+    """The mistakes an Encoder and a Decoder share, each computed by `run` (PyTorch's layers applied with a change)."""
+    found = {}
+    if norm_first:
+        found["the final LayerNorm `norm` is not applied after the last layer"] = lambda: run(layers, finish=False)
+        found["norm_first is not passed on to the layers (they are Post-LN)"] = lambda: run(layers, flip=True)
+    if len(layers) > 1:
+        found["the first layer is applied n_layers times; apply each layer of self.layers once"] = (
+            lambda: run([layers[0]] * len(layers)))
+    return found
+
+
 def check_encoder_structure(Encoder, namespace):
     """The hidden tests of `test_Encoder_structure`."""
     check_stack_structure(Encoder, "encoder", namespace)
@@ -593,43 +605,52 @@ def check_encoder_values(Encoder, namespace):
                     layer.norm_first ^= flip
                 return theirs.norm(h) if finish and theirs.norm is not None else h
 
-            found = {}
-            if norm_first:
-                found["the final LayerNorm `norm` is not applied after the last layer"] = lambda: run(theirs.layers, finish=False)
-                found["norm_first is not passed on to the layers (they are Post-LN)"] = lambda: run(theirs.layers, flip=True)
+            found = stack_mistakes(run, theirs.layers, norm_first)
             if mask is not None:
                 found["src_mask is not passed to the layers"] = lambda: run(theirs.layers, padding=None)
             if n_layers > 1:
-                found["the first layer is applied n_layers times; apply each layer of self.layers once"] = (
-                    lambda: run([theirs.layers[0]] * n_layers))
                 found["the layers are applied in reverse order"] = lambda: run(list(theirs.layers)[::-1])
                 found["every layer reads the stack's input x instead of the previous layer's output"] = (
                     lambda: run(theirs.layers, chain=False))
             testing.assert_close(out, expected, what, atol=1e-5, dtype=torch.float32, mistakes=found)
 
 
-def check_encoder_dropout(Encoder, namespace):
-    """The hidden tests of `test_Encoder_dropout`."""
+def check_stack_dropout(stack, kind, namespace):
+    """The hidden tests of `test_Encoder_dropout` / `test_Decoder_dropout`: in train mode the stack gives what its own
+    layers give applied in turn with the same random numbers, and its dropout is active."""
+    name = kind.capitalize()
     with testing.substituted(namespace, EncoderLayer=course.EncoderLayer, DecoderLayer=course.DecoderLayer):
         for seed, norm_first in enumerate((False, True)):
             torch.manual_seed(seed)
-            encoder = Encoder(3, 16, 4, 24, dropout=0.3, norm_first=norm_first).train()
-            randomise_norms(encoder, seed)
-            x, mask = torch.randn(2, 5, 16), lengths_mask([5, 3], 5)
-            assert all(layer.dropout.p == 0.3 for layer in encoder.layers), "pass the dropout argument on to every EncoderLayer"
+            model = stack(3, 16, 4, 24, dropout=0.3, norm_first=norm_first).train()
+            randomise_norms(model, seed)
+            x = torch.randn(2, 5, 16)
+            if kind == "encoder":
+                rest, inputs = (lengths_mask([5, 3], 5),), "x, src_mask"
+                forward = lambda: model(x, *rest)
+            else:
+                memory = torch.randn(2, 3, 16)
+                rest, inputs = (memory, lengths_mask([3, 2], 3), lengths_mask([5, 4], 5) & causal_mask(5)), "x, memory, masks"
+                forward = lambda: call_decoder(model, "Decoder(3, 16, 4, 24).train()(x, memory, src_mask, tgt_mask)",
+                                               x, *rest)
+            assert all(layer.dropout.p == 0.3 for layer in model.layers), f"pass the dropout argument on to every {name}Layer"
             with testing.same_random_numbers(seed):
-                out = encoder(x, mask)
-            # reference: the student's own layers applied in turn, with the same random numbers
-            with testing.same_random_numbers(seed):
+                out = forward()
+            with testing.same_random_numbers(seed):   # reference: the student's own layers applied in turn
                 h = x
-                for layer in encoder.layers:
-                    h = layer(h, mask)
-                expected = h if encoder.norm is None else encoder.norm(h)
-            testing.assert_close(out, expected, f"Encoder(3, 16, 4, 24, dropout=0.3, norm_first={norm_first}).train()(x, src_mask) "
-                         "(same random numbers as the layers applied in turn)", atol=1e-5)
+                for layer in model.layers:
+                    h = layer(h, *rest)
+                expected = h if model.norm is None else model.norm(h)
+            testing.assert_close(out, expected, f"{name}(3, 16, 4, 24, dropout=0.3, norm_first={norm_first}).train()({inputs}) "
+                                 "(same random numbers as the layers applied in turn)", atol=1e-5)
             with torch.no_grad():
-                encoder.eval()
-                assert not torch.allclose(out, encoder(x, mask)), "train mode gives the eval-mode output: dropout is not active"
+                model.eval()
+                assert not torch.allclose(out, model(x, *rest)), "train mode gives the eval-mode output: dropout is not active"
+
+
+def check_encoder_dropout(Encoder, namespace):
+    """The hidden tests of `test_Encoder_dropout`."""
+    check_stack_dropout(Encoder, "encoder", namespace)
 
 
 def check_decoder_structure(Decoder, namespace):
@@ -670,17 +691,11 @@ def check_decoder_values(Decoder, namespace):
                     layer.norm_first ^= flip
                 return theirs.norm(h) if finish and theirs.norm is not None else h
 
-            found = {}
-            if norm_first:
-                found["the final LayerNorm `norm` is not applied after the last layer"] = lambda: run(theirs.layers, finish=False)
-                found["norm_first is not passed on to the layers (they are Post-LN)"] = lambda: run(theirs.layers, flip=True)
+            found = stack_mistakes(run, theirs.layers, norm_first)
             if tgt_mask is not None:
                 found["tgt_mask is not passed to the layers"] = lambda: run(theirs.layers, tgt_mask=None)
             if src_mask is not None:
                 found["src_mask is not passed to the layers"] = lambda: run(theirs.layers, memory_key_padding_mask=None)
-            if n_layers > 1:
-                found["the first layer is applied n_layers times; apply each layer of self.layers once"] = (
-                    lambda: run([theirs.layers[0]] * n_layers))
             if n_layers > 1 and src_mask is None and src_len == 5:
                 found["each layer attends to its own input instead of the encoder's memory"] = (
                     lambda: run(theirs.layers, own_memory=True))
@@ -689,25 +704,7 @@ def check_decoder_values(Decoder, namespace):
 
 def check_decoder_dropout(Decoder, namespace):
     """The hidden tests of `test_Decoder_dropout`."""
-    with testing.substituted(namespace, EncoderLayer=course.EncoderLayer, DecoderLayer=course.DecoderLayer):
-        for seed, norm_first in enumerate((False, True)):
-            torch.manual_seed(seed)
-            decoder = Decoder(3, 16, 4, 24, dropout=0.3, norm_first=norm_first).train()
-            randomise_norms(decoder, seed)
-            x, memory = torch.randn(2, 5, 16), torch.randn(2, 3, 16)
-            src_mask, tgt_mask = lengths_mask([3, 2], 3), lengths_mask([5, 4], 5) & causal_mask(5)
-            assert all(layer.dropout.p == 0.3 for layer in decoder.layers), "pass the dropout argument on to every DecoderLayer"
-            with testing.same_random_numbers(seed):
-                out = call_decoder(decoder, "Decoder(3, 16, 4, 24).train()(x, memory, src_mask, tgt_mask)",
-                                   x, memory, src_mask, tgt_mask)
-            # reference: the student's own layers applied in turn, with the same random numbers
-            with testing.same_random_numbers(seed):
-                h = x
-                for layer in decoder.layers:
-                    h = layer(h, memory, src_mask, tgt_mask)
-                expected = h if decoder.norm is None else decoder.norm(h)
-            testing.assert_close(out, expected, f"Decoder(3, 16, 4, 24, dropout=0.3, norm_first={norm_first}).train()(x, memory, masks) "
-                         "(same random numbers as the layers applied in turn)", atol=1e-5)
+    check_stack_dropout(Decoder, "decoder", namespace)
 
 
 def check_transformer_structure(Transformer, namespace):
