@@ -246,7 +246,7 @@ WRONG = [
            "every layer reads the same memory"),
     Answer("Decoder", "overwrites memory in the loop (x = memory = layer(...))",
            decoder(call="memory = layer(x, memory, src_mask, tgt_mask)"), "update only x",
-           misleading="each layer is called as"),
+           misleading="call each layer as"),
     Answer("Decoder", "does not pass tgt_mask to the layers", decoder(call="layer(x, memory, src_mask)"),
            "pass tgt_mask to every layer"),
     Answer("Decoder", "has no final LayerNorm for Pre-LN", decoder(norm="None"), "needs a final LayerNorm"),

@@ -49,7 +49,7 @@ def call_decoder(decoder, what, x, memory, src_mask, tgt_mask):
              if isinstance(layer, nn.Module)]
     try:
         return call(lambda: decoder(x, memory, src_mask, tgt_mask), what,
-                    "Each layer is called as layer(x, memory, src_mask, tgt_mask).")
+                    "Call each layer as layer(x, memory, src_mask, tgt_mask), in this order.")
     except AssertionError:
         wrong = next((i for i, shape in enumerate(given) if shape != list(memory.shape)), None)
         if wrong is None:
