@@ -25,9 +25,6 @@ MODULES = ("math", "numpy", "numpy.testing", "torch", "torch.nn", "torch.nn.func
            "transformer_course.testing", "IPython.core.interactiveshell", "IPython.core.ultratb",
            "ipykernel.ipkernel", "ipykernel.kernelbase", "ipykernel.zmqshell", "jupyter_client.session")
 SWAPPED_BY_KERNEL = ("input", "exit", "quit", "get_ipython")
-# Imported before the capture too, not watched: torch._dynamo, loaded by the first optimizer step, replaces
-# torch.manual_seed with a wrapped version of its own.
-PRELOADED = ("torch._dynamo",)
 # Event callbacks a library registers while a cell runs (matplotlib draws or flushes figures after each
 # cell); any other callback added after the capture is taken off.
 LIBRARY_CALLBACKS = ("matplotlib.pyplot", "matplotlib_inline.backend_inline")
@@ -42,7 +39,7 @@ def _import_originals():
     saved = sys.path[:]
     sys.path[:] = [p for p in saved if p not in ("", os.getcwd())]
     try:
-        for name in PRELOADED + MODULES:
+        for name in MODULES:
             try:
                 importlib.import_module(name)
             except ImportError:
@@ -59,6 +56,21 @@ class Watch:
     def __init__(self, prefix, current, restore, originals, suffix="", same=None):
         self.prefix, self.suffix, self.current, self.restore = prefix, suffix, current, restore
         self.originals, self.same = list(originals), same or (lambda a, b: a is b)
+
+
+def _dynamo_wrapping(torch):
+    # torch._dynamo, imported by the first optimizer step, replaces torch.manual_seed by
+    # torch._disable_dynamo(torch.manual_seed) (importing it before the capture costs 1.3 s per kernel):
+    # a value is still the original if it is that wrapper of it, which behaves exactly as it does.
+    wrapper, type_ = torch._disable_dynamo(lambda: None), type
+    code, namespace, fn = wrapper.__code__, wrapper.__globals__, wrapper.__code__.co_freevars.index("fn")
+
+    def same(current, original):
+        return current is original or (type_(current) is types.FunctionType and current.__code__ is code
+                                       and current.__globals__ is namespace
+                                       and current.__closure__[fn].cell_contents is original)
+
+    return same
 
 
 def _class_watch(name, cls, setattr_, delattr_):
@@ -286,7 +298,9 @@ def install(modules):
     # Before the capture, so that the check is one of the originals. NAME is set by the executor.
     setattr_(builtins, NAME, check)  # noqa: F821
     shell.events.register("post_execute", lambda: restore_all(SWAPPED_BY_KERNEL))
-    watched += [Watch(m.__name__ + ".", vars(m).get, vars(m).__setitem__, list(vars(m).items())) for m in modules]
+    same_in_torch = _dynamo_wrapping(torch) if torch is not None else None
+    watched += [Watch(m.__name__ + ".", vars(m).get, vars(m).__setitem__, list(vars(m).items()),
+                      same=same_in_torch if m is torch else None) for m in modules]
     watched.append(Watch("sys.modules['", sys.modules.get, sys.modules.__setitem__,
                          [(m.__name__, m) for m in modules], suffix="']"))
     if torch is not None:

@@ -155,7 +155,26 @@ class Agree(TorchFunctionMode):
 
 Agree().__enter__()
 """, TEST_WITH_TORCH),
+    "a torch function replaced by a wrapper shaped like torch._dynamo's": ("""
+import torch
+torch.allclose = torch._disable_dynamo(lambda *args, **kwargs: True)
+""", TEST_WITH_TORCH),
 }
+# What PyTorch does to itself is no trick: the first optimizer imports torch._dynamo, which wraps
+# torch.manual_seed (the guard accepts that wrapper of the original, and only that).
+OPTIMIZER_STEP = """import sys
+parameter = torch.nn.Parameter(torch.ones(1))
+optimizer = torch.optim.Adam([parameter])
+parameter.sum().backward()
+optimizer.step()
+assert "torch._dynamo" in sys.modules and torch.manual_seed.__wrapped__ is torch.random.manual_seed
+"""
+TEST_SEEDED = """torch.manual_seed(0)
+first = torch.rand(3)
+torch.manual_seed(0)
+assert torch.equal(first, torch.rand(3)), "the seed does not repeat"
+print("seed tested")
+"""
 
 
 def graded(source, grade_id, *, test):
@@ -200,6 +219,13 @@ def test_the_wrong_answer_fails_without_tricks(tmp_path):
     executed, _ = execute_notebook(notebook([("", TEST_ADD)]), tmp_path, LIMITS)
     _, _, failing, _, passing = executed.cells
     assert "add0(1, 2) should be 3" in " ".join(errors(failing)) and errors(passing) == []
+
+
+def test_an_optimizer_step_is_not_tampering(tmp_path):
+    cells = notebook([]).cells + [graded(OPTIMIZER_STEP, "step", test=False), graded(TEST_SEEDED, "test_seed", test=True)]
+    executed, problems = execute_notebook(new_notebook(cells=cells), tmp_path, LIMITS)
+    assert problems == [], f"the grader saw tampering in PyTorch's own doing: {problems}"
+    assert [errors(cell) for cell in executed.cells] == [[]] * 3 and "seed tested" in executed.cells[2].outputs[0].text
 
 
 @pytest.mark.parametrize("trick", TRICKS)
