@@ -59,7 +59,7 @@ class Watch:
 
 
 def _dynamo_wrapping(torch):
-    # torch._dynamo, imported by the first optimizer step, replaces torch.manual_seed by
+    # torch._dynamo, imported when an optimizer is created, replaces torch.manual_seed by
     # torch._disable_dynamo(torch.manual_seed) (importing it before the capture costs 1.3 s per kernel):
     # a value is still the original if it is that wrapper of it, which behaves exactly as it does.
     wrapper, type_ = torch._disable_dynamo(lambda: None), type

@@ -160,7 +160,7 @@ import torch
 torch.allclose = torch._disable_dynamo(lambda *args, **kwargs: True)
 """, TEST_WITH_TORCH),
 }
-# What PyTorch does to itself is no trick: the first optimizer imports torch._dynamo, which wraps
+# What PyTorch does to itself is no trick: creating an optimizer imports torch._dynamo, which wraps
 # torch.manual_seed (the guard accepts that wrapper of the original, and only that).
 OPTIMIZER_STEP = """import sys
 parameter = torch.nn.Parameter(torch.ones(1))
