@@ -153,6 +153,7 @@ class _Batch:
         self.stage = _clear_stages(self.staging, students)
         notebooks = sorted(p.stem for p in release.glob("*.ipynb"))
         self.reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
+        self.fingerprints = {}    # student -> digest of the submission as it was read: what a done mark is of
         relative = {name: os.path.relpath(path, course) for name, path in self.stage.items()}
         self.sanitize = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["repaired"],
                                                   "CourseDirectory.autograded_directory": relative["sanitized"],
@@ -163,7 +164,10 @@ class _Batch:
 
     def prepare(self, student):
         """Repair and sanitize one submission: (notebooks, files) for a worker, or None if nbgrader cannot read it."""
-        _repair_student(self.course / "submitted" / student / self.assignment, self.release,
+        submitted = self.course / "submitted" / student / self.assignment
+        # Before reading it: a submission replaced while it is graded is regraded by a resumed run.
+        self.fingerprints[student] = _fingerprint(submitted)
+        _repair_student(submitted, self.release,
                         self.stage["repaired"] / student / self.assignment, self.reports[student])
         error = self.sanitize(self.assignment, student)
         if error:
@@ -195,7 +199,7 @@ class _Batch:
             self.log(f"  {student}: nbgrader could not record the grades:\n{error}")
             return self._fail(student, f"nbgrader could not record the grades: {error.splitlines()[-1]}")
         if executed:
-            _mark_done(self.staging, self.course, student, self.reports[student])
+            _mark_done(self.staging, student, self.fingerprints[student], self.reports[student])
         seconds = sum(r.seconds for r in self.reports[student].values())
         self.log(f"  recorded {student} (executed in {seconds:.0f} s)")
 
@@ -234,12 +238,11 @@ def _fingerprint(folder):
     return digest.hexdigest()
 
 
-def _mark_done(staging, course, student, reports):
+def _mark_done(staging, student, fingerprint, reports):
     """DONE/STUDENT.json: the student's reports and the submission they are of, written once recorded."""
     marker = staging / "done" / f"{student}.json"
     marker.parent.mkdir(parents=True, exist_ok=True)
-    submitted = course / "submitted" / student / staging.name
-    marker.write_text(json.dumps({"fingerprint": _fingerprint(submitted),
+    marker.write_text(json.dumps({"fingerprint": fingerprint,
                                   "reports": {nb: asdict(r) for nb, r in reports.items()}}, indent=1),
                       encoding="utf-8")
 
