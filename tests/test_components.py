@@ -324,7 +324,7 @@ def test_feed_forward_matches_formula_in_eval_and_train_mode():
     x = torch.randn(2, 3, D_MODEL)
     with same_random_numbers(1):
         output = ff.eval()(x)
-    layer_norm_oracle.check_feed_forward_eval(output, ff, x, 1, "PositionwiseFeedForward in eval mode")
+    layer_norm_oracle.check_feed_forward_eval(output, ff, x, 0.5, 1, "PositionwiseFeedForward in eval mode")
     with same_random_numbers(1):
         output = ff.train()(x)
     layer_norm_oracle.check_feed_forward_train(output, ff, x, 0.5, 1, "PositionwiseFeedForward in train mode")

@@ -144,7 +144,7 @@ ORACLE_ROUTES = {
         "        self.dropout = nn.Dropout(dropout)\n"
         "    def forward(self, x):\n        return layer_norm._network(self, x).to(x.dtype)\n",
         lambda answer: oracles.layer_norm.check_feed_forward_eval(
-            (ffn := answer(6, 12).eval())(x := torch.randn(3, 6)), ffn, x, 0, "PositionwiseFeedForward(6, 12)")),
+            (ffn := answer(6, 12).eval())(x := torch.randn(3, 6)), ffn, x, 0.1, 0, "PositionwiseFeedForward(6, 12)")),
 }
 
 

@@ -159,6 +159,8 @@ WRONG = [
            mha(attend="heads, weights = scaled_dot_product_attention(self.w_q(query), self.w_k(key), self.w_v(value), "
                       "mask, self.dropout)", output="self.w_o(heads)"), "the heads are never split",
            misleading="no unsqueeze"),
+    Answer("MultiHeadAttention", "keeps the dropout rate, a float, and calls it as a module",
+           mha(dropout="dropout", attend=inline()), "'float' object is not callable", misleading="no unsqueeze"),
     Answer("MultiHeadAttention", "never checks that d_model is divisible by n_heads",
            mha(check="pass"), "should raise ValueError"),
 ]

@@ -186,7 +186,7 @@ def check_batched(answer, what, q, k, v, **kwargs):
 def check_masked(answer, what, q, k, v, keep, **kwargs):
     """check_attention with a mask; an answer that masks its own unmasked attention right passes too
     (the unmasked attention is graded in the values and batch cells)."""
-    own = lambda: _own_masked(answer, what, q, k, v, keep)  # noqa: E731
+    own = lambda: _own_masked(answer, what, q, k, v, keep)
     return check_attention(answer, what, q, k, v, keep, own=own, **kwargs)
 
 

@@ -134,10 +134,11 @@ def _dropout_mask(shape, p, seed, dtype=torch.float32):
         return F.dropout(torch.ones(shape, dtype=dtype), p, training=True).double()
 
 
-def check_feed_forward_eval(out, ffn, x, seed, what):
-    """Eval mode (``out`` drawn with the random numbers of ``seed``): the formula with the module's weights."""
+def check_feed_forward_eval(out, ffn, x, p, seed, what):
+    """Eval mode (``out`` of a module built with dropout ``p``, drawn with the random numbers of ``seed``): the
+    formula with the module's weights."""
     hidden_shape = tuple(x.shape[:-1]) + (ffn.linear1.weight.shape[0],)
-    identity = lambda h: h  # noqa: E731
+    identity = lambda h: h
     testing.assert_close(out, _network(ffn, x), what, atol=1e-4, rtol=1e-4, dtype=torch.float32, mistakes={
         "there is no ReLU between linear1 and linear2": lambda: _network(ffn, x, activation=identity),
         "the ReLU is applied after linear2; it belongs between the layers": lambda: _network(ffn, x, relu_after=True),
@@ -145,7 +146,7 @@ def check_feed_forward_eval(out, ffn, x, seed, what):
         "that is GELU (tanh approximation); the paper's network uses ReLU":
             lambda: _network(ffn, x, activation=lambda h: F.gelu(h, approximate="tanh")),
         "dropout is still applied in eval mode: use self.dropout, or F.dropout(..., training=self.training)":
-            lambda: _network(ffn, x, hidden_mask=_dropout_mask(hidden_shape, 0.5, seed)),
+            lambda: _network(ffn, x, hidden_mask=_dropout_mask(hidden_shape, p, seed)),
     })
 
 

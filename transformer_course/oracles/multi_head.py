@@ -40,7 +40,7 @@ def make(namespace, answer, d_model, n_heads, dropout=0.0):
 def copy_weights(ours, theirs):
     """Our w_q, w_k, w_v (stacked as in_proj) and w_o into an nn.MultiheadAttention; a missing bias is 0."""
     d_model = ours.w_q.weight.shape[1]
-    bias = lambda layer: layer.bias if layer.bias is not None else torch.zeros(d_model)  # noqa: E731
+    bias = lambda layer: layer.bias if layer.bias is not None else torch.zeros(d_model)
     theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
     theirs.in_proj_bias.copy_(torch.cat([bias(ours.w_q), bias(ours.w_k), bias(ours.w_v)]))
     theirs.out_proj.weight.copy_(ours.w_o.weight)
@@ -82,9 +82,9 @@ def _explicit(m, n_heads, query, key, value, mask=None, *, scale=None, value_fro
     v = project(m.w_v, key if value_from_key else value)
     d_k = q.shape[-1] // heads
     if interleave:
-        cut = lambda t: t.unflatten(-1, (d_k, heads)).transpose(-1, -2)  # noqa: E731
+        cut = lambda t: t.unflatten(-1, (d_k, heads)).transpose(-1, -2)
     else:
-        cut = lambda t: t.unflatten(-1, (heads, d_k))  # noqa: E731
+        cut = lambda t: t.unflatten(-1, (heads, d_k))
     scores = torch.einsum("bqhd,bkhd->bhqk", cut(q), cut(k)) / math.sqrt(scale or d_k)
     allowed = None if mask is None else (~mask if inverted else mask)
     if allowed is not None and not mask_after:
@@ -131,14 +131,22 @@ def call(namespace, mha, what, query, key, value, mask=None):
     except Exception as error:
         if isinstance(error, NotImplementedError):
             raise
-        hint = ""
-        if mask is not None:
-            hint += (f" A mask of shape {list(mask.shape)} already broadcasts to [B, H, Tq, Tk]: pass it on "
-                     "as it is (no unsqueeze).")
-        if query.shape[1] != key.shape[1]:
-            hint += (" The query and the key have different lengths here (cross-attention): the keys come "
-                     "from w_k(key), the values from w_v(value), and the output has the query's length.")
-        raise AssertionError(f"{what} raised {type(error).__name__}: {error}.{hint}") from None
+        raise AssertionError(f"{what} raised {type(error).__name__}: {error}.{_shape_hint(error, query, key, mask)}"
+                             ) from None
+
+
+def _shape_hint(error, query, key, mask):
+    """The likely causes of a shape error in this call ("" for other errors: a hint would mislead)."""
+    if not isinstance(error, (RuntimeError, ValueError)) or not any(w in str(error) for w in ("size", "shape", "dimension")):
+        return ""
+    hint = ""
+    if mask is not None:
+        hint += (f" A mask of shape {list(mask.shape)} already broadcasts to [B, H, Tq, Tk]: pass it on "
+                 "as it is (no unsqueeze).")
+    if query.shape[1] != key.shape[1]:
+        hint += (" The query and the key have different lengths here (cross-attention): the keys come "
+                 "from w_k(key), the values from w_v(value), and the output has the query's length.")
+    return hint
 
 
 def check_output(out, mha, n_heads, what, *args, mask=None, atol=2e-5):
@@ -173,14 +181,7 @@ def check_values(namespace, mha, n_heads, what, query, key, value):
 def check_mask(namespace, mha, n_heads, what, args, mask):
     """Eval mode with ``mask``: rows with a key to attend to against nn.MultiheadAttention, the others finite."""
     batch, q_rows = args[0].shape[0], args[0].shape[1]
-    try:
-        with finished_parts(namespace):
-            out = mha(*args, mask=mask)
-    except Exception as error:
-        if isinstance(error, NotImplementedError):
-            raise
-        raise AssertionError(f"{what} raised {type(error).__name__}: {error}. The mask already broadcasts "
-                             "to [B, H, Tq, Tk]: pass it on as it is") from None
+    out = call(namespace, mha, what, *args, mask)
     full = mask.expand(batch, n_heads, q_rows, args[1].shape[1])
     valid = full.any(-1).all(1)[..., None]               # [B, Tq, 1]: rows with a key in every head
     expected, _ = _expected(mha, n_heads, *args, mask)
@@ -237,17 +238,16 @@ def check_dropout(out, mha, n_heads, p, what, query, key, value, mask, seed):
     with testing.same_random_numbers(seed):
         expected, _ = _expected(mha, n_heads, query, key, value, mask, ref=ref)
     keep_scores = _dropout_masks((batch, n_heads, q_len, k_len), p, seed)
-    keep_heads = _dropout_masks((batch, q_len, d_model), p, seed)
-    keep_out = _dropout_masks((batch, q_len, d_model), p, seed)
+    keep_features = _dropout_masks((batch, q_len, d_model), p, seed)   # the heads' outputs or the output
     compare(out, expected, what, mistakes={
         "dropout is never applied in train mode: pass self.dropout to scaled_dot_product_attention":
             _explicit(mha, n_heads, query, key, value, mask)[0],
         "dropout is applied to the scores before the softmax; it belongs on the weights after the softmax":
             _explicit(mha, n_heads, query, key, value, mask, keep_scores=keep_scores)[0],
         "dropout is applied to the heads' outputs; it belongs on the attention weights":
-            _explicit(mha, n_heads, query, key, value, mask, keep_heads=keep_heads)[0],
+            _explicit(mha, n_heads, query, key, value, mask, keep_heads=keep_features)[0],
         "dropout is applied to the output; it belongs on the attention weights":
-            _explicit(mha, n_heads, query, key, value, mask, keep_out=keep_out)[0],
+            _explicit(mha, n_heads, query, key, value, mask, keep_out=keep_features)[0],
     })
 
 

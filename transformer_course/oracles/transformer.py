@@ -40,10 +40,10 @@ def call(function, what, hint):
 def call_decoder(decoder, what, x, memory, src_mask, tgt_mask):
     """decoder(x, memory, src_mask, tgt_mask); when it fails, the message names a layer that was given another
     memory than the encoder's (a loop that overwrites memory) before the general hint."""
-    given = []   # the shape of the memory each layer is called with
+    given = []   # the memory each layer is called with
 
     def record(module, args, kwargs):
-        given.append(list((args[1] if len(args) > 1 else kwargs.get("memory", torch.empty(0))).shape))
+        given.append(args[1] if len(args) > 1 else kwargs.get("memory"))
 
     hooks = [layer.register_forward_pre_hook(record, with_kwargs=True) for layer in getattr(decoder, "layers", [])
              if isinstance(layer, nn.Module)]
@@ -51,11 +51,12 @@ def call_decoder(decoder, what, x, memory, src_mask, tgt_mask):
         return call(lambda: decoder(x, memory, src_mask, tgt_mask), what,
                     "Call each layer as layer(x, memory, src_mask, tgt_mask), in this order.")
     except AssertionError:
-        wrong = next((i for i, shape in enumerate(given) if shape != list(memory.shape)), None)
+        # By identity, not shape: when the target and the source have the same length, x has memory's shape.
+        wrong = next((i for i, given_memory in enumerate(given) if given_memory is not memory), None)
         if wrong is None:
             raise
-        raise AssertionError(f"{what} failed: layer {wrong} was given a memory of shape {given[wrong]} instead of the "
-                             f"encoder's memory {list(memory.shape)}: every layer reads the same memory; update only x, "
+        raise AssertionError(f"{what} failed: layer {wrong} was given another memory than the encoder's "
+                             f"(shape {list(memory.shape)}): every layer reads the same memory; update only x, "
                              "x = layer(x, memory, src_mask, tgt_mask)") from None
     finally:
         for hook in hooks:
