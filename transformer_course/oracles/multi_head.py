@@ -71,8 +71,8 @@ def _expected(m, n_heads, query, key, value, mask=None, dropout=0.0, dtype=torch
 
 def _explicit(m, n_heads, query, key, value, mask=None, *, scale=None, value_from_key=False,
               skip_wo=False, one_head=False, inverted=False, interleave=False,
-              zero_fill=False, mask_after=False, softmax_dim=-1, keep_scores=None, keep_weights=None,
-              keep_heads=None, keep_out=None):
+              zero_fill=False, mask_after=False, softmax_dim=-1, keep_scores=None, keep_heads=None,
+              keep_out=None):
     """The formula in float64 with einsum; the keyword arguments reproduce known mistakes."""
     def project(layer, x):
         out = x.double() @ layer.weight.detach().double().T
@@ -94,8 +94,7 @@ def _explicit(m, n_heads, query, key, value, mask=None, *, scale=None, value_fro
     weights = torch.softmax(scores, dim=softmax_dim).nan_to_num(0.0)
     if allowed is not None and mask_after:
         weights = weights.masked_fill(~allowed, 0.0)
-    dropped = weights if keep_weights is None else weights * keep_weights
-    per_head = torch.einsum("bhqk,bkhd->bqhd", dropped, cut(v))
+    per_head = torch.einsum("bhqk,bkhd->bqhd", weights, cut(v))
     merged = per_head.transpose(-1, -2).flatten(2) if interleave else per_head.flatten(2)
     if keep_heads is not None:
         merged = merged * keep_heads
