@@ -4,9 +4,10 @@ It runs the notebook as the grader does: matched back to its release (repair.py:
 grading metadata), read-only cells put back as the release has them, then every cell in a fresh kernel with
 the grader's limits and the training demos in smoke mode (execute.py; sandboxed where bubblewrap is
 installed). It prints, per exercise, the visible tests passed and the points at stake, the answers the
-grader will refuse (the course's finished versions), what the grader would repair, and the cells that ran
-too long. The exit status is non-zero when something will cost points. The hidden tests are not in a
-student's notebook: passing the visible tests is necessary, not sufficient.
+grader will refuse (the course's finished versions, and someone else's code: library_answers.py), what the
+grader would repair, and the cells that ran too long. The exit status is non-zero when something will cost
+points. The hidden tests are not in a student's notebook: passing the visible tests is necessary, not
+sufficient.
 
 From a notebook, its last cell calls ``transformer_course.handin.check_this_notebook()``, which runs this
 command on the notebook (on Colab taken from the Colab runtime, in Jupyter its saved file).
@@ -21,6 +22,7 @@ import nbformat
 
 from .cells import exercise_of, grade_id, is_answer, is_locked, is_test
 from .execute import execute_notebook
+from .library_answers import flagged_answers
 from .repair import RepairError, repair_notebook
 from .sandbox import REPOSITORY, Limits, sandbox_available
 
@@ -35,6 +37,7 @@ class ExerciseResult:
     passed: int = 0              # the test cells whose visible tests passed
     failures: list = field(default_factory=list)   # "test_id: the first line of the error"
     refused: bool = False        # the answer is the course's finished version
+    not_own: str = ""            # why the grader will score it 0 as someone else's code (library_answers.py)
 
 
 @dataclass
@@ -46,7 +49,7 @@ class CheckReport:
 
     @property
     def ok(self):
-        return not (self.problem or self.slow or any(e.failures for e in self.exercises))
+        return not (self.problem or self.slow or any(e.failures or e.not_own for e in self.exercises))
 
 
 def course_releases():
@@ -122,7 +125,12 @@ def check_notebook(notebook, release, limits=None, sandbox=None):
                                               sandbox=sandbox)
     slow = [f"cell {p.index + 1} ({grade_id(executed.cells[p.index]) or 'ungraded'}): {p.message}"
             for p in problems if p.kind in ("timeout", "output-limit", "kernel-died", "not-run")]
-    return CheckReport(exercise_results(executed), repairs, slow)
+    results, not_own = exercise_results(executed), flagged_answers(prepared, release)
+    for result in results:
+        result.not_own = not_own.get(result.name, "")
+        # In judged cells the kernel's refusal decides nothing, but the same answer is found in the source.
+        result.refused = result.refused or "the course's finished" in result.not_own
+    return CheckReport(results, repairs, slow)
 
 
 def render(report):
@@ -132,8 +140,10 @@ def render(report):
     lines = [f"{'exercise':<30} {'test cells passed':<18} {'points at stake':<16} verdict"]
     for result in report.exercises:
         verdict = "REFUSED: it is the course's finished version" if result.refused else (
+            "REFUSED: not your own work, 0 points" if result.not_own else
             "ok" if not result.failures else "will lose points")
         lines.append(f"{result.name:<30} {f'{result.passed} of {result.cells}':<18} {result.points:<16g} {verdict}")
+        lines += [f"    {result.name}: {result.not_own}"] if result.not_own else []
         lines += [f"    {failure}" for failure in result.failures]
     for title, items in (("The grader would repair:", report.repairs), ("Cells over the grader's limits:", report.slow)):
         if items:

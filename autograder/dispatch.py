@@ -11,38 +11,113 @@ deaths); its result still comes back once, so each submission is recorded once.
 """
 import concurrent.futures
 import multiprocessing
+import os
 import shutil
+import stat
 import tempfile
 import time
 import uuid
 from dataclasses import asdict
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import nbformat
 
 from .execute import execute_notebook
 from .sandbox import sandbox_available
+from .judging import all_judged
+from .stripped import stripped_package
 
 # Not sent to the worker: editors' checkpoints, and the notebooks' own copies (they go as notebooks).
 SKIPPED = ("*.ipynb", ".ipynb_checkpoints")
+# A submission's files are left out past these (never read): one student's 8 GB file must not exhaust the
+# grader's memory or disk. Notebooks count too.
+MAX_FILE_BYTES = 50 * 2**20
+MAX_SUBMISSION_BYTES = 200 * 2**20
+CHUNK_BYTES = 2**20
 
 
 class ClusterError(RuntimeError):
     """The Dask cluster cannot run the grader's tasks."""
 
 
-def submission_payload(folder):
-    """(notebooks, files) of one sanitized submission folder: {name: bytes} each, files by relative path."""
+class SubmissionError(OSError):
+    """A submission folder the grader will not read."""
+
+
+def submission_files(folder):
+    """(files, skipped) of a submission folder, never following a link: ``files`` {relative posix path: Path}
+    of its regular files, in name order, within MAX_FILE_BYTES each and MAX_SUBMISSION_BYTES together;
+    ``skipped`` {relative path: why it was left out}: links (to a file, a folder, nowhere), devices and
+    pipes, files over a cap. A missing folder has neither."""
     folder = Path(folder)
-    notebooks = {p.stem: p.read_bytes() for p in sorted(folder.glob("*.ipynb"))}
-    files = {}
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        # A link is not followed: it could point at anything on the instructor's machine.
-        if path.is_file() and not path.is_symlink() and not any(relative.match(pattern) or pattern in relative.parts
-                                                                 for pattern in SKIPPED):
-            files[relative.as_posix()] = path.read_bytes()
-    return notebooks, files
+    if folder.is_symlink():
+        raise SubmissionError(f"the submission folder {folder.name} is a symbolic link: links are not followed")
+    files, skipped, total = {}, {}, 0
+    for relative, entry in _entries(folder) if folder.is_dir() else ():
+        if entry.is_symlink():
+            skipped[relative] = f"a symbolic link to {os.readlink(entry.path)}: links are not followed"
+            continue
+        if not entry.is_file(follow_symlinks=False):
+            skipped[relative] = "not a regular file"
+            continue
+        size = entry.stat(follow_symlinks=False).st_size
+        if size > MAX_FILE_BYTES:
+            skipped[relative] = f"{size / 2**20:.0f} MB, over the {MAX_FILE_BYTES // 2**20} MB a file may have"
+        elif total + size > MAX_SUBMISSION_BYTES:
+            skipped[relative] = f"past the {MAX_SUBMISSION_BYTES // 2**20} MB a submission may have in all"
+        else:
+            files[relative], total = Path(entry.path), total + size
+    return files, skipped
+
+
+def _entries(folder, prefix=""):
+    """(relative posix path, os.DirEntry) of everything under ``folder`` but folders, descending into real
+    folders only (a link to a folder is an entry, not a folder)."""
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda entry: entry.name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _entries(entry.path, f"{prefix}{entry.name}/")
+        else:
+            yield f"{prefix}{entry.name}", entry
+
+
+def read_chunks(path, limit=MAX_FILE_BYTES):
+    """The bytes of the regular file ``path``, CHUNK_BYTES at a time, never through a link; an OSError if
+    it is not a regular file (any more) or grows past ``limit``."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)   # a pipe must not block
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise SubmissionError(f"{Path(path).name} is not a regular file")
+        size = 0
+        while chunk := file.read(CHUNK_BYTES):
+            size += len(chunk)
+            if size > limit:
+                raise SubmissionError(f"{Path(path).name} grew past {limit // 2**20} MB while it was read")
+            yield chunk
+
+
+def copy_file(source, target):
+    """Copy a submission's file (see read_chunks) to ``target``, making its folders."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as out:
+        for chunk in read_chunks(source):
+            out.write(chunk)
+
+
+def without_notebooks(files):
+    """The entries of ``files`` (submission_files') that go to the kernel's folder: SKIPPED left out."""
+    return {relative: path for relative, path in files.items()
+            if not any(PurePosixPath(relative).match(p) or p in PurePosixPath(relative).parts for p in SKIPPED)}
+
+
+def submission_payload(folder):
+    """(notebooks, files) of one sanitized submission folder: {name: bytes} each, files by relative path.
+    Links and oversized files are left out (submission_files); the repair step reported them."""
+    files, _ = submission_files(folder)
+    notebooks = {PurePosixPath(relative).stem: b"".join(read_chunks(path)) for relative, path in files.items()
+                 if "/" not in relative and relative.endswith(".ipynb")}
+    return notebooks, {relative: b"".join(read_chunks(path)) for relative, path in without_notebooks(files).items()}
 
 
 def execute_submission(notebooks, files, limits, env, sandbox):
@@ -60,7 +135,10 @@ def execute_submission(notebooks, files, limits, env, sandbox):
             _write_files(workdir, files)
             started = time.perf_counter()
             notebook = nbformat.reads(source.decode("utf-8"), as_version=4)
-            executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox)
+            # The course's notebooks are assignments of their own name: each sees the package without its answers,
+            # and without the oracles once every test cell of it is judged in the grader (judging.py).
+            package = stripped_package(name, keep_oracles=not all_judged(notebook)) if sandbox else None
+            executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox, package=package)
             results[name] = {"notebook": nbformat.writes(executed).encode("utf-8"),
                              "problems": [asdict(p) for p in problems],
                              "seconds": round(time.perf_counter() - started, 2)}

@@ -33,6 +33,7 @@ from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
 from .cells import is_locked_setup, is_test
+from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, is_judged, judge_cell, take_probe_data
 from .sandbox import hand_over, kernel_environment, limited_command, sandbox_command
 
 STARTUP_TIMEOUT = 60   # seconds a new kernel gets to answer
@@ -59,7 +60,7 @@ class KernelStartError(RuntimeError):
 class _Kernel:
     """One IPython kernel process (sandboxed unless told otherwise) and a client on its Unix sockets."""
 
-    def __init__(self, workdir, limits, env, sandbox, until):
+    def __init__(self, workdir, limits, env, sandbox, until, package=None):
         self.folder = tempfile.mkdtemp(prefix="kernel-")
         connection_file = os.path.join(self.folder, "kernel.json")
         # ipc: Unix sockets in self.folder, the only way in and out of a sandbox without a network.
@@ -69,7 +70,7 @@ class _Kernel:
         command = [sys.executable, "-I", "-m", "ipykernel_launcher", "-f", connection_file]
         if sandbox:
             hand_over(self.folder)
-            argv, scratch = sandbox_command(command, workdir, self.folder, limits), "/tmp"
+            argv, scratch = sandbox_command(command, workdir, self.folder, limits, package), "/tmp"
         else:
             argv, scratch = limited_command(command, limits), self.folder
         self.log = open(os.path.join(self.folder, "kernel.log"), "w+b")
@@ -208,6 +209,36 @@ def _apply_carriage_returns(text):
     return re.sub(r"[^\n]*\r(?=[^\n])", "", text)
 
 
+class _ProbeData:
+    """The probe data a cell sends (kept out of its outputs), up to MAX_CELL_BYTES; past that, none is kept."""
+
+    def __init__(self):
+        self.texts, self.size = [], 0
+
+    def add(self, message):
+        """True if ``message`` carried probe data (it is not an output then)."""
+        text = take_probe_data(message)
+        if text is None:
+            return False
+        self.size += len(text)
+        self.texts = self.texts + [text] if self.size <= MAX_CELL_BYTES else [None] * (len(self.texts) + 1)
+        return True
+
+
+def _as_text(error):
+    """An error the kernel reported in a judged cell, as one line of stderr: its type and first line, capped."""
+    first = (str(error.get("evalue", "")).strip().splitlines() or [""])[0][:300]
+    return nbformat.v4.new_output("stream", name="stderr", text=f"{str(error.get('ename', 'Error'))[:80]}: {first}\n")
+
+
+def _write_verdict(cell, verdict):
+    """The judge's verdict as the cell's last outputs: what it printed, and its message as an error."""
+    if verdict.printed:
+        cell.outputs.append(nbformat.v4.new_output("stream", name="stdout", text=verdict.printed))
+    if not verdict.passed:
+        cell.outputs.append(_error("AssertionError", verdict.message))
+
+
 def _error(ename, evalue):
     return nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[f"{ename}: {evalue}"])
 
@@ -215,8 +246,9 @@ def _error(ename, evalue):
 class _Runner:
     """Runs a notebook's code cells one by one, replacing the kernel whenever a cell breaks it."""
 
-    def __init__(self, workdir, limits, env, sandbox):
+    def __init__(self, workdir, limits, env, sandbox, package=None):
         self.workdir, self.limits, self.env, self.sandbox = workdir, limits, env, sandbox
+        self.package = package   # the course package's copy the sandbox shows (stripped.py), or None
         self.deadline = time.monotonic() + limits.total_timeout
         self.kernel = None
         self.completed = []   # sources of the cells that ran without error: re-run after a restart
@@ -242,12 +274,18 @@ class _Runner:
             return self.problems.append(Problem(index, "not-run", "not run: the notebook ran out of time"))
         if is_test(cell) and self.ready_for_test != index:   # e.g. right after a restart
             self._check_tampering(test_source=cell.source)
-        outcome = self._execute(cell)
+        judged = is_test(cell) and is_judged(cell.source)
+        outcome, sent = self._execute(cell)
         breakage = self._breakage(outcome)
+        if judged:
+            # The kernel's own errors decide nothing here (the judge's verdict does): they stay as text.
+            cell.outputs[:] = [_as_text(o) if o.output_type == "error" else o for o in cell.outputs]
         if breakage:
             kind, ename, evalue = breakage
             cell.outputs.append(_error(ename, evalue))
             self.problems.append(Problem(index, kind, f"{ename}: {evalue}"))
+        if judged:
+            _write_verdict(cell, judge_cell(cell.source, sent))
         elif outcome == "error" and not any(o.output_type == "error" for o in cell.outputs):
             # The kernel said the cell failed, but no error was shown: the display was tampered with.
             reply = self.kernel.reply if self.kernel else {}
@@ -259,23 +297,25 @@ class _Runner:
         self.ready_for_test = next_test[0] if next_test and self.kernel else None
         if self.kernel and not self.kernel.usable:
             self.stop_kernel()
-        if tampered and is_test(cell):
+        if tampered and is_test(cell) and not judged:
             evalue = f"the code replaced {', '.join(tampered)} while the tests ran"
             cell.outputs.append(_error("Tampering", evalue))
             self.problems.append(Problem(index, "tampering", f"Tampering: {evalue}"))
         elif tampered:
             self.problems.append(Problem(index, "tampering", f"the code replaced {', '.join(tampered)}; the "
                                          f"grader put the originals back before the next cell"))
-        if outcome == "ok" and not (tampered and is_test(cell)):
+        if outcome == "ok" and not (tampered and is_test(cell) and not judged):
             self.completed.append(cell.source)
 
     def _execute(self, cell):
-        """Run the cell, recording its outputs; stop it if it breaks a limit, and drop a kernel that broke."""
+        """Run the cell, recording its outputs and the probe data it sent; stop it if it breaks a limit, and
+        drop a kernel that broke. Returns (outcome, the base64 texts of probe data, in order)."""
         self.count += 1
         cell.execution_count = self.count
-        outputs = _Outputs(self.limits.output_bytes)
+        outputs, sent = _Outputs(self.limits.output_bytes), _ProbeData()
         cell.outputs = outputs.kept
-        outcome = self.kernel.run(cell.source, min(self.limits.cell_timeout, self.time_left()), outputs.add)
+        outcome = self.kernel.run(cell.source, min(self.limits.cell_timeout, self.time_left()),
+                                  lambda message: sent.add(message) or outputs.add(message))
         for output in cell.outputs:
             if output.output_type == "execute_result":
                 output.execution_count = self.count
@@ -283,7 +323,7 @@ class _Runner:
             self.kernel.interrupt(INTERRUPT_GRACE)
         if not self.kernel.usable:
             self.stop_kernel()
-        return outcome
+        return outcome, sent.texts
 
     def _breakage(self, outcome):
         """(problem kind, ename, evalue) for a cell that broke the rules, else None."""
@@ -306,13 +346,13 @@ class _Runner:
     def _start_kernel(self, index):
         """A new kernel with the guard installed and, after a restart, the cells that had worked re-run."""
         self.ready_for_test = None
-        self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline)
+        self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package)
         self._install_guard()
         if self.completed and not self._replay(index):
             # The re-run broke this kernel too: a fresh one then, without the earlier cells.
             self.stop_kernel()
             self.completed = []
-            self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline)
+            self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package)
             self._install_guard()
 
     def _install_guard(self):
@@ -354,14 +394,17 @@ class _Runner:
             self.kernel = None
 
 
-def execute_notebook(nb, workdir, limits, env=None, sandbox=True):
+def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None):
     """Run every code cell of ``nb`` (nbformat v4, in memory) in a fresh kernel with ``workdir`` as its
     folder and home, sandboxed unless ``sandbox`` is false, within ``limits`` (sandbox.Limits), with
-    ``env`` added to the kernel's environment. Returns (a copy of nb with outputs and execution counts,
-    the list of Problem records of the cells that broke)."""
+    ``env`` added to the kernel's environment, and in the sandbox ``package`` (a folder) in place of the course
+    package. Returns (a copy of nb with outputs and execution counts, the list of Problem records of the cells
+    that broke)."""
     executed = copy.deepcopy(nb)
     # COURSE_GRADING: the notebook's own check (check.py) does not start a check of its own from here.
-    runner = _Runner(os.path.abspath(workdir), limits, {"COURSE_GRADING": "1", **(env or {})}, sandbox)
+    # COURSE_JUDGE_OUTSIDE: judged test cells send their probe data here instead of judging in the kernel.
+    runner = _Runner(os.path.abspath(workdir), limits,
+                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package)
     if sandbox:
         hand_over(workdir)
     try:

@@ -13,10 +13,18 @@ removed. Hidden-test code here is the text between ``### BEGIN HIDDEN TESTS`` an
 where it is in neither the release notebook (visible tests and set-up are public) nor the student's own
 cells. A message the hidden test itself raises is shown in full, even where its words are code
 ("call scheduler.step() after optimizer.step()").
+
+Removing quotations is not enough: an answer can raise the tests' source encoded (base64, hex, ...). So the
+page shows of an error its type and, for an ``AssertionError`` (how the course's tests fail), the message
+cut at MAX_ASSERTION characters; for any other error only the first line of the message, cut at MAX_OTHER.
+A student can raise an ``AssertionError`` too, so these caps, not the type, bound what a page can carry.
+Any run of more than LONG_RUN characters without a space is removed from what is shown: no course message
+has one, and an encoding does.
 """
 import ast
 import html
 import io
+import re
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +36,11 @@ from .grade import cell_grades, open_gradebook, read_report
 HIDDEN_NOTE = "[a line quoting the hidden tests' code was removed]"
 MIN_QUOTED = 12   # shorter text ("assert x", "pass") is too common to mean a quotation
 BEGIN_HIDDEN, END_HIDDEN = "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"   # nbgrader's delimiters
+MAX_ASSERTION = 1000   # the course's longest assertion message is under 500 characters
+MAX_OTHER = 400        # the grader's and the course's other messages (own_work's refusals...) fit
+LONG_RUN = 80          # the course's messages' longest run without a space is 67 characters (a URL)
+_LONG_RUN = re.compile(r"[^ \t]{%d,}" % (LONG_RUN + 1))   # newlines inside: base64 wrapped at 76 is one run
+_ERROR_NAME = re.compile(r"[A-Za-z_][\w.]{0,79}")   # a class name as Python prints it; others carry text
 # Python 3.12 splits an f-string into several tokens; before, it is one STRING token.
 FSTRING_START, FSTRING_END = getattr(tokenize, "FSTRING_START", None), getattr(tokenize, "FSTRING_END", None)
 
@@ -189,8 +202,26 @@ def _notebook_text(path):
 
 def cell_messages(cell, hidden):
     """The failure messages of one graded cell: 'ErrorName: message' for every error output."""
-    return [scrub(f"{out.get('ename', 'Error')}: {out.get('evalue', '')}", hidden)
+    return [shown_error(out.get("ename"), out.get("evalue"), hidden)
             for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def shown_error(ename, evalue, hidden):
+    """What a page shows of one error: its type, and of its message (quotations of hidden code scrubbed) all
+    of an AssertionError's or the first line of another's, long runs removed and cut to the cap."""
+    name = ename if _ERROR_NAME.fullmatch(ename or "") else "Error"
+    lines = scrub(str(evalue or ""), hidden).splitlines()
+    if name == "AssertionError":
+        text = shorten("\n".join(lines), MAX_ASSERTION)
+    else:
+        text = shorten(lines[0] if lines else "", MAX_OTHER)
+    return f"{name}: {text}" if text.strip() else name
+
+
+def shorten(text, limit):
+    """`text` without runs of more than LONG_RUN characters without a space, cut at `limit` characters."""
+    text = _LONG_RUN.sub(lambda run: f"[… {len(run.group())} characters removed]", text)
+    return text if len(text) <= limit else text[:limit].rstrip() + "…"
 
 
 def graded_cells(autograded, grades):
@@ -232,9 +263,10 @@ def _report_notes(report, hidden):
         parts.append("<p>The notebook's grading metadata was damaged (Colab and some editors drop it) and was "
                      "repaired:</p><ul>" + "".join(f"<li>{esc(a)}</li>" for a in report.repairs) + "</ul>")
     if report is not None and report.problems:
+        # the grader's own words, but naming what the student's code replaced: cut as an assertion's
         parts.append("<p>Cells that broke while grading:</p><ul>" + "".join(
-            f"<li>cell {p['index'] + 1}: {esc(scrub(p['message'], hidden))}</li>" for p in report.problems)
-            + "</ul>")
+            f"<li>cell {p['index'] + 1}: {esc(shorten(scrub(p['message'], hidden), MAX_ASSERTION))}</li>"
+            for p in report.problems) + "</ul>")
     return parts
 
 

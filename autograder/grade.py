@@ -39,7 +39,8 @@ from pathlib import Path
 import nbformat
 from traitlets import Unicode
 
-from .dispatch import ClusterError, open_pool, submission_payload
+from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
+                       without_notebooks)
 from .repair import RepairError, repair_file
 from .sandbox import Limits, sandbox_available
 
@@ -88,7 +89,10 @@ def open_gradebook(course):
 
 def _replay_preprocessor():
     """The Execute step of the record phase (defined lazily: nbgrader is imported only when grading)."""
+    from nbgrader.coursedir import CourseDirectory
     from nbgrader.preprocessors import NbGraderPreprocessor
+
+    from .library_answers import refuse_flagged
 
     class ReplayExecution(NbGraderPreprocessor):
         """Fill a sanitized notebook with the outputs its sandboxed execution produced."""
@@ -110,6 +114,11 @@ def _replay_preprocessor():
             for cell, done in zip(nb.cells, executed.cells):
                 if cell.cell_type == "code":
                     cell.outputs, cell.execution_count = done.outputs, done.execution_count
+            # Someone else's code (a library's finished version, the course's): its exercise's test cells score 0
+            coursedir = CourseDirectory(config=self.config)
+            release = Path(coursedir.format_path(coursedir.release_directory, ".", info["assignment"]),
+                           info["notebook"] + ".ipynb")
+            refuse_flagged(nb, nbformat.read(release, as_version=4) if release.exists() else None)
             return nb, resources
 
     return ReplayExecution
@@ -124,6 +133,7 @@ class NotebookReport:
     problems: list = field(default_factory=list)   # cells that broke: timeouts, dead kernels, tampering, ...
     error: str = ""                                # why the notebook could not be graded at all
     seconds: float = 0.0
+    skipped: list = field(default_factory=list)    # the submission's files left out: links, oversized files
 
 
 def _nbgrader_step(course, **overrides):
@@ -163,12 +173,25 @@ class _Batch:
                                                      "ReplayExecution.executed_directory": str(self.stage["executed"])})
 
     def prepare(self, student):
-        """Repair and sanitize one submission: (notebooks, files) for a worker, or None if nbgrader cannot read it."""
+        """Repair and sanitize one submission: (notebooks, files) for a worker, or None if it cannot be graded
+        (the student's report says why). Whatever goes wrong here costs this student only."""
+        repaired = self.stage["repaired"] / student / self.assignment
+        try:
+            return self._prepare(student, repaired)
+        except Exception as error:  # one submission the grader cannot handle must not stop the batch
+            self.log(f"  {student}: the submission could not be prepared: {error!r}")
+            self._fail(student, f"the grader could not prepare the submission: {_one_line(error)}")
+            # Nothing of it is graded: nbgrader records every notebook as missing, 0 points.
+            shutil.rmtree(repaired, ignore_errors=True)
+            repaired.mkdir(parents=True, exist_ok=True)
+            return None
+
+    def _prepare(self, student, repaired):
         submitted = self.course / "submitted" / student / self.assignment
-        # Before reading it: a submission replaced while it is graded is regraded by a resumed run.
-        self.fingerprints[student] = _fingerprint(submitted)
-        _repair_student(submitted, self.release,
-                        self.stage["repaired"] / student / self.assignment, self.reports[student])
+        files, skipped = submission_files(submitted)
+        # Before repairing it: a submission replaced while it is graded is regraded by a resumed run.
+        self.fingerprints[student] = _fingerprint(files, skipped)
+        _repair_student(submitted, (files, skipped), self.release, repaired, self.reports[student])
         error = self.sanitize(self.assignment, student)
         if error:
             self.log(f"  {student}: nbgrader could not process the submission:\n{error}")
@@ -229,13 +252,24 @@ def _grade_students(batch, pool, students, limits, sandbox, env):
 
 # ----------------------------------------------------------------------------- resuming an interrupted run
 
-def _fingerprint(folder):
-    """A digest of a submission's files: a resumed run regrades a submission that changed since."""
+def _fingerprint(files, skipped):
+    """A digest of a submission's files (submission_files' listing, links and oversized files by name only,
+    never read): a resumed run regrades a submission that changed since."""
     digest = hashlib.sha256()
-    for path in sorted(Path(folder).rglob("*")):
-        if path.is_file():
-            digest.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for relative, path in files.items():
+        content = hashlib.sha256()
+        for chunk in read_chunks(path):
+            content.update(chunk)
+        digest.update(relative.encode() + b"\0" + content.digest())
+    for relative, why in skipped.items():
+        digest.update(f"skipped\0{relative}\0{why}\0".encode())
     return digest.hexdigest()
+
+
+def _one_line(error):
+    """An exception as one short line, for a CSV cell."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"[:200].rstrip(": ")
 
 
 def _mark_done(staging, student, fingerprint, reports):
@@ -262,7 +296,11 @@ def finished_students(course, assignment, students):
                 gradebook.find_submission(assignment, student)
             except MissingEntry:
                 continue
-            if done["fingerprint"] == _fingerprint(Path(course) / "submitted" / student / assignment):
+            try:
+                fingerprint = _fingerprint(*submission_files(Path(course) / "submitted" / student / assignment))
+            except OSError:    # unreadable now: graded again, and its preparation says why
+                continue
+            if done["fingerprint"] == fingerprint:
                 finished[student] = {nb: NotebookReport(**r) for nb, r in done["reports"].items()}
     return finished
 
@@ -345,18 +383,24 @@ def _recording_preprocessors():
     return [replay if p is Execute else p for p in Autograde.class_traits()["autograde_preprocessors"].default()]
 
 
-def _repair_student(submitted, release, repaired, reports):
-    """Copy one submission to `repaired`, its notebooks matched back to the release."""
+def _repair_student(submitted, listing, release, repaired, reports):
+    """Copy one submission to `repaired`, its notebooks matched back to the release. `listing`: its
+    (files, skipped) as submission_files gives them: only those files are copied, and never through a link."""
     if not submitted.is_dir():
         return
-    shutil.copytree(submitted, repaired, ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+    files, skipped = listing
+    repaired.mkdir(parents=True, exist_ok=True)
+    for relative, path in without_notebooks(files).items():
+        copy_file(path, repaired / relative)
     for notebook, report in reports.items():
-        source = submitted / f"{notebook}.ipynb"
-        if not source.exists():
-            report.error = f"{notebook}.ipynb is missing from the submission"
+        name = f"{notebook}.ipynb"
+        report.skipped = [f"{relative} was left out: {why}" for relative, why in skipped.items()]
+        if name not in files:
+            report.error = f"{name} was left out: {skipped[name]}" if name in skipped else \
+                f"{name} is missing from the submission"
             continue
         try:
-            report.repairs = repair_file(source, release / f"{notebook}.ipynb", repaired / f"{notebook}.ipynb")
+            report.repairs = repair_file(files[name], release / name, repaired / name)
         except RepairError as error:
             report.error = str(error)  # left out of repaired/: nbgrader scores it as missing
         except Exception as error:  # not a notebook at all (broken JSON, ...)

@@ -50,6 +50,7 @@ import collections
 import copy
 import difflib
 import functools
+import os
 import re
 import uuid
 from pathlib import Path
@@ -81,12 +82,18 @@ def repair_notebook(submitted, release, name=""):
 def repair_file(submitted_path, release_path, out_path):
     """Read a submission and its release, write the repaired submission to ``out_path``, return the
     actions. Raises :class:`RepairError` when the submission is not this release's notebook."""
-    submitted = nbformat.read(str(submitted_path), as_version=4)
+    # Never through a link: it could be the instructor's source notebook, solutions and hidden tests included.
+    with open(submitted_path, encoding="utf-8", opener=_no_follow) as file:
+        submitted = nbformat.read(file, as_version=4)
     release = nbformat.read(str(release_path), as_version=4)
     repaired, actions = _Repair(submitted, release).run(Path(release_path).name, str(submitted_path))
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(repaired, str(out_path))
     return actions
+
+
+def _no_follow(path, flags):
+    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 class _Repair:

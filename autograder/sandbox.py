@@ -1,8 +1,9 @@
 """The sandbox a submission's Jupyter kernel runs in: bubblewrap (``bwrap``) plus resource limits.
 
 Inside, the kernel sees an almost empty file system: the system (/usr, /etc, /bin, /lib*), the Python
-installation and the course package ``transformer_course`` read-only, its own work directory read-write,
-the folder of its connection file, a private /tmp, and nothing else: not the course directory, other
+installation and the course package ``transformer_course`` read-only, its own work directory (a copy of the
+submission's files in memory, capped: nothing the kernel writes there reaches the disk), the folder of its
+connection file, a private /tmp, and nothing else: not the course directory, other
 students' folders, the repository (its ``solutions/`` hold the hidden tests) or /root. It has no network
 (it talks to the grader over Unix sockets), its own process tree, and limits on memory and on tasks.
 
@@ -34,6 +35,7 @@ class Limits:
     memory_mb: int = 4096          # address space of the kernel
     processes: int = 64            # processes and threads of the kernel's user
     output_bytes: int = 200_000    # stdout, stderr and displays kept per cell
+    workdir_mb: int = 512          # the kernel's work folder: the submission's files and what it writes there
 
 
 def kernel_environment(workdir, env=None, scratch="/tmp"):
@@ -68,6 +70,12 @@ def _inside(path, folder):
     return path == folder or folder in path.parents
 
 
+def package_folder():
+    """The folder the course package ``transformer_course`` is imported from (None if it is not installed)."""
+    spec = importlib.util.find_spec("transformer_course")
+    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
+
+
 def _readonly_paths():
     """System folders, the Python installation and the course package: what the kernel needs to run."""
     hidden = [p for p in (Path.cwd().resolve(), REPOSITORY) if p]  # the course directory, the repository
@@ -75,10 +83,9 @@ def _readonly_paths():
     libraries = {Path(p).resolve() for p in sys.path[1:] if p}
     paths = [Path("/usr"), Path("/etc"), Path(sys.base_prefix), Path(sys.prefix)]
     paths += [p for p in libraries if not any(_inside(p, h) for h in hidden)]
-    spec = importlib.util.find_spec("transformer_course")
-    if spec is not None and spec.submodule_search_locations:
+    if package_folder():
         # An editable install points into the repository: the package folder only, never the repository.
-        paths.append(Path(spec.submodule_search_locations[0]))
+        paths.append(package_folder())
     if os.environ.get("MULTI30K_MIRROR"):
         paths.append(Path(os.environ["MULTI30K_MIRROR"]))
     kept = []
@@ -113,11 +120,20 @@ def _folders_leading_to(mount_points):
     return arguments
 
 
-def sandbox_command(command, workdir, connection_dir, limits):
+# Where the sandbox shows the submission's files, read-only, to copy them into the capped work folder.
+SUBMISSION_MOUNT = "/.submission"
+# Copies them, then execs the kernel (same pid). cp -R copies links as links and never follows them.
+_POPULATE = 'cp -R -- "$1/." "$2" || exit 111; shift 2; exec "$@"'
+
+
+def sandbox_command(command, workdir, connection_dir, limits, package=None):
     """The argv that runs ``command`` (the kernel) in the sandbox, under ``limits``, in ``workdir``.
 
-    ``workdir`` and ``connection_dir`` are bound read-write at their own paths; call ``hand_over`` on them
-    first, so that the sandbox's user may write there.
+    ``workdir`` is, inside, a tmpfs of ``limits.workdir_mb`` filled with a copy of the host's ``workdir``
+    (read-only to the sandbox): a write past the cap fails in the kernel (ENOSPC), never fills the host's
+    disk, and a restarted kernel starts again from the submission's files. ``connection_dir`` is bound
+    read-write at its own path. Call ``hand_over`` on both first, so that the sandbox's user may use them.
+    ``package``: a folder the kernel sees, read-only, in place of the course package's (stripped.py).
     """
     workdir, connection_dir = Path(workdir).resolve(), Path(connection_dir).resolve()
     arguments = ["bwrap"]
@@ -135,12 +151,18 @@ def sandbox_command(command, workdir, connection_dir, limits):
                   # /tmp lives in memory, outside the address-space limit: capped separately.
                   "--perms", "1777", "--size", str(limits.memory_mb * 2**20 // 4), "--tmpfs", "/tmp"]
     arguments += _root_links()
-    readonly, writable = _readonly_paths(), [workdir, connection_dir]
-    arguments += _folders_leading_to(readonly + writable)
+    readonly = _readonly_paths()
+    arguments += _folders_leading_to(readonly + [workdir, connection_dir])
     for path in readonly:
         arguments += ["--ro-bind", str(path), str(path)]
-    for path in writable:
-        arguments += ["--bind", str(path), str(path)]
+    if package and package_folder():   # mounted over the package's own folder: the original is out of sight
+        arguments += ["--ro-bind", str(package), str(package_folder().resolve())]
+    if workdir != connection_dir:    # the same folder only in sandbox_available's check: bound as it is
+        # The tmpfs belongs to root when bwrap runs as root: 0777 lets the sandbox's user fill it.
+        arguments += ["--ro-bind", str(workdir), SUBMISSION_MOUNT,
+                      "--perms", "0777", "--size", str(limits.workdir_mb * 2**20), "--tmpfs", str(workdir)]
+        command = ["sh", "-c", _POPULATE, "sh", SUBMISSION_MOUNT, str(workdir), *command]
+    arguments += ["--bind", str(connection_dir), str(connection_dir)]
     return arguments + ["--"] + drop + limited_command(command, limits)
 
 

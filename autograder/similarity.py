@@ -30,6 +30,17 @@ How answers are compared
   nothing left (the untouched stub, or the stub with a comment) is unanswered and pairs with nothing.
 * **Score.** ``difflib.SequenceMatcher(...).ratio()`` over the two normalised token sequences:
   2 × (tokens in matching runs) / (tokens on both sides), 1.0 for the same code.
+
+Red flags
+---------
+An exercise needs none of: the call stack's frames, closures, code objects, ``sys.modules``, import hooks,
+trace, profile or monitoring hooks, the kernel (``get_ipython``, its event callbacks, ``set_custom_exc``),
+``os._exit``, threads or processes, ``ctypes``, the garbage collector's object lists, or ``exec``/``eval``/
+``compile`` of a string built at run time. They are how an answer reads the hidden tests while they run or
+steers the kernel, so every answer cell that uses one, and every code cell a student added, is listed with
+a short label and the line (``red_flags``), whether or not it is in a similar pair, in
+``redflags-ASSIGNMENT.csv`` and on the page, and beside each answer of a pair. It is found in the source
+with ``ast`` (names followed through the cell's imports), for a person to look at, not a verdict.
 """
 import ast
 import builtins
@@ -41,6 +52,7 @@ import importlib
 import inspect
 import io
 import keyword
+import re
 import textwrap
 import tokenize
 from collections import Counter
@@ -69,6 +81,7 @@ class Answer:
     source: str            # as written, for the person who judges
     lines: list            # normalised token lines, the release's lines removed
     parsed: bool = True    # False: a syntax error, normalised with tokenize
+    flags: list = field(default_factory=list)   # RedFlags, for a student's answer
 
     @functools.cached_property
     def tokens(self):
@@ -95,9 +108,27 @@ class Exercise:
         lines, parsed = normalise(source, self.shared)
         lines = _without(lines, self.scaffold)
         if lines:
-            self.answers.append(Answer(owner, source, lines, parsed))
+            self.answers.append(Answer(owner, source, lines, parsed, [] if owner == PACKAGE else red_flags(source)))
         else:
             self.unanswered.append(owner)
+
+
+@dataclass(frozen=True, order=True)
+class RedFlag:
+    line: int              # in the cell
+    label: str             # what it uses: "frame: sys._getframe"
+
+    def __str__(self):
+        return f"{self.label} (line {self.line})"
+
+
+@dataclass
+class Flagged:
+    """A cell with red flags: a student's answer to an exercise, or a code cell the student added."""
+    owner: str
+    where: str             # the exercise, or "added cell N"
+    source: str
+    flags: list
 
 
 @dataclass
@@ -255,6 +286,140 @@ def _without(lines, scaffold):
     return kept
 
 
+# ----------------------------------------------------------------------------- red flags
+
+# A name part that means the same wherever it stands (an attribute, an imported name, a string): the label.
+_FLAGGED_PARTS = {
+    **{part: f"frame: {part}" for part in ("f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame",
+                                           "gi_frame", "cr_frame")},
+    "_getframe": "frame: sys._getframe", "_current_frames": "frame: sys._current_frames",
+    "currentframe": "frame: inspect.currentframe", "getouterframes": "frame: inspect.getouterframes",
+    "getframeinfo": "frame: inspect.getframeinfo",
+    "__closure__": "closure: __closure__", "cell_contents": "closure: cell_contents",
+    **{part: f"code object: {part}" for part in ("__code__", "co_consts", "co_code", "co_names")},
+    "__globals__": "globals: __globals__", "__builtins__": "builtins: __builtins__",
+    "meta_path": "import hook: sys.meta_path", "path_hooks": "import hook: sys.path_hooks",
+    "path_importer_cache": "import hook: sys.path_importer_cache", "__import__": "import hook: __import__",
+    "settrace": "trace hook: settrace", "setprofile": "profile hook: setprofile",
+    "get_ipython": "kernel: get_ipython", "set_custom_exc": "kernel: set_custom_exc",
+    "excepthook": "kernel: excepthook", "displayhook": "kernel: displayhook",
+    "_exit": "exit: os._exit",
+    "get_objects": "gc: gc.get_objects", "get_referrers": "gc: gc.get_referrers",
+    "get_referents": "gc: gc.get_referents",
+}
+# Parts that mean it only after their module (``model.modules()`` and ``torch.stack`` are ordinary).
+_FLAGGED_PAIRS = {
+    ("sys", "modules"): "sys.modules", ("sys", "monitoring"): "monitoring hook: sys.monitoring",
+    ("inspect", "stack"): "frame: inspect.stack", ("inspect", "trace"): "frame: inspect.trace",
+    ("importlib", "abc"): "import hook: importlib.abc", ("events", "register"): "event callback: events.register",
+}
+# Modules, flagged where imported or where a name's attribute is taken from them (``threading.Thread``).
+_FLAGGED_MODULES = {
+    "threading": "threads: threading", "_thread": "threads: _thread", "concurrent": "threads: concurrent.futures",
+    "multiprocessing": "processes: multiprocessing", "subprocess": "processes: subprocess", "ctypes": "ctypes",
+    "IPython": "kernel: IPython", "ipykernel": "kernel: ipykernel", "builtins": "builtins: builtins",
+    "signal": "signal handler: signal",
+}
+_CODE_RUNNERS = {"exec", "eval", "compile", "builtins.exec", "builtins.eval", "builtins.compile"}
+_DISPLAY = ("IPython", "display")      # IPython.display shows HTML and plots: notebooks use it (08's demo)
+
+
+def red_flags(source):
+    """The RedFlags of a cell's source, sorted by line: what it uses that an exercise never needs."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return sorted(set(_token_flags(source)))      # IPython magics, or an unfinished cell
+    return sorted(set(_tree_flags(tree)))
+
+
+def _labels(dotted, as_module):
+    """The labels of a dotted name (``sys._getframe``); ``as_module``: its first part may be a module."""
+    parts = dotted.split(".")
+    found = [_FLAGGED_PARTS[part] for part in parts if part in _FLAGGED_PARTS]
+    found += [label for pair, label in _FLAGGED_PAIRS.items()
+              if any(tuple(parts[i:i + 2]) == pair for i in range(len(parts) - 1))]
+    if as_module and parts[0] in _FLAGGED_MODULES and tuple(parts[:2]) != _DISPLAY:
+        found.append(_FLAGGED_MODULES[parts[0]])
+    return found
+
+
+def _tree_flags(tree, at=None):
+    """RedFlags of a parsed cell; ``at``: the line of the ``exec`` that runs it, for all of them."""
+    aliases = _aliases(tree)
+    for node in ast.walk(tree):
+        line = at or getattr(node, "lineno", 1)
+        if isinstance(node, (ast.Attribute, ast.Name)):
+            dotted = _dotted(node, aliases)
+            labels = _labels(dotted, "." in dotted)
+        elif isinstance(node, ast.Import):
+            labels = [label for alias in node.names for label in _labels(alias.name, True)]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            labels = [label for alias in node.names for label in _labels(f"{node.module}.{alias.name}", True)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.fullmatch(node.value):
+            labels = _labels(node.value, True)                # getattr(frame, "f_locals"), "threading"
+        elif isinstance(node, ast.Call) and _dotted(node.func, aliases) in _CODE_RUNNERS:
+            yield from _run_code_flags(node, _dotted(node.func, aliases), line)
+            continue
+        else:
+            continue
+        yield from (RedFlag(line, label) for label in labels)
+
+
+_DOTTED = re.compile(r"[A-Za-z_][\w.]*")
+
+
+def _run_code_flags(call, name, line):
+    """exec/eval/compile: a constant string is read like the cell; another is code no one can see here."""
+    first = call.args[0] if call.args else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        try:
+            yield from _tree_flags(ast.parse(first.value), line)
+            return
+        except (SyntaxError, ValueError):
+            pass
+    yield RedFlag(line, f"dynamic code: {name} of a built string")
+
+
+def _aliases(tree):
+    """Name -> what the cell's imports bound it to: ``s`` -> ``sys``, ``g`` -> ``sys._getframe``."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({alias.asname: alias.name for alias in node.names if alias.asname})
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            aliases.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
+    return aliases
+
+
+def _dotted(node, aliases):
+    """``a.b.c`` for an attribute chain, its first name through the aliases; a chain that starts at a call
+    (``get_ipython().events``) starts with an empty part."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    parts.append(aliases.get(node.id, node.id) if isinstance(node, ast.Name) else "")
+    return ".".join(reversed(parts))
+
+
+def _token_flags(source):
+    """The labels of the dotted names of a cell that does not parse (``%time sys._getframe(1)``)."""
+    tokens = [t for t in _tokens(source) if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
+    i = 0
+    while i < len(tokens):
+        if tokens[i].type != tokenize.NAME:
+            i += 1
+            continue
+        j, parts = i, [tokens[i].string]
+        while j + 2 < len(tokens) and tokens[j + 1].string == "." and tokens[j + 2].type == tokenize.NAME:
+            parts.append(tokens[j + 2].string)
+            j += 2
+        imported = i > 0 and tokens[i - 1].string in ("import", "from")
+        yield from (RedFlag(tokens[i].start[0], label) for label in _labels(".".join(parts), imported or j > i))
+        i = j + 1
+
+
 # ----------------------------------------------------------------------------- the answers
 
 def answer_sources(notebook):
@@ -292,17 +457,35 @@ def release_exercises(release, prefix=""):
             for grade_id, stub in answer_sources(release).items()]
 
 
-def submitted_answers(path, release):
-    """grade_id -> answer of one submission, matched back to the release by repair.py (Colab drops the
-    metadata). Raises RepairError when it is not this release's notebook."""
+def submitted_notebook(path, release):
+    """One submission matched back to the release by repair.py (Colab drops the metadata). Raises
+    RepairError when it is not this release's notebook."""
     submitted = nbformat.read(str(path), as_version=4)
-    repaired, _ = repair_notebook(submitted, release, Path(path).name)
-    return answer_sources(repaired)
+    return repair_notebook(submitted, release, Path(path).name)[0]
+
+
+def submitted_answers(path, release):
+    """grade_id -> answer of one submission, matched back to the release."""
+    return answer_sources(submitted_notebook(path, release))
+
+
+def added_cells_flagged(owner, submitted, release, prefix=""):
+    """Flagged code cells that the student added or changed outside the graded cells: they run in the
+    kernel like the answers, so a hook placed there works as well."""
+    known = {cell.source.strip() for cell in release.cells if cell.cell_type == "code"}
+    flagged = []
+    for number, cell in enumerate(submitted.cells, 1):
+        if cell.cell_type == "code" and not cell.get("metadata", {}).get("nbgrader") \
+                and cell.source.strip() not in known:
+            flags = red_flags(cell.source)
+            if flags:
+                flagged.append(Flagged(owner, f"{prefix}added cell {number}", cell.source, flags))
+    return flagged
 
 
 def collect_answers(course, assignment):
-    """Every exercise of the assignment with every student's answer, and the submissions that could
-    not be compared, as sentences."""
+    """Every exercise of the assignment with every student's answer, the flagged cells students added,
+    and the submissions that could not be compared, as sentences."""
     from .grade import submitted_students
 
     releases = {p.stem: nbformat.read(str(p), as_version=4)
@@ -310,14 +493,15 @@ def collect_answers(course, assignment):
     if not releases:
         raise SimilarityError(f"{course / 'release' / assignment} has no notebook: run "
                               f"`nbgrader generate_assignment {assignment}` first")
-    exercises, problems = [], []
+    exercises, added, problems = [], [], []
     for notebook, release in releases.items():
-        found = release_exercises(release, f"{notebook}: " if len(releases) > 1 else "")
+        prefix = f"{notebook}: " if len(releases) > 1 else ""
+        found = release_exercises(release, prefix)
         exercises += found
         for student in submitted_students(course, assignment):
             path = course / "submitted" / student / assignment / f"{notebook}.ipynb"
             try:
-                answers = submitted_answers(path, release)
+                submitted = submitted_notebook(path, release)
             except FileNotFoundError:
                 problems.append(f"{student}: {notebook}.ipynb is missing from the submission")
                 continue
@@ -327,9 +511,19 @@ def collect_answers(course, assignment):
             except Exception as error:  # not a notebook at all (broken JSON, ...)
                 problems.append(f"{student}: {notebook}.ipynb could not be read: {error}")
                 continue
+            answers = answer_sources(submitted)
             for exercise in found:
                 exercise.add(student, answers.get(exercise.grade_id, exercise.stub))
-    return exercises, problems
+            added += added_cells_flagged(student, submitted, release, prefix)
+    return exercises, added, problems
+
+
+def flagged_cells(exercises, added):
+    """Every flagged cell, by student, answers in the exercises' order, then the cells they added."""
+    order = {exercise.name: i for i, exercise in enumerate(exercises)}
+    answers = [Flagged(a.owner, exercise.name, a.source, a.flags)
+               for exercise in exercises for a in exercise.answers if a.flags]
+    return sorted(answers + added, key=lambda f: (f.owner, order.get(f.where, len(order)), f.where))
 
 
 def add_package_answers(exercises):
@@ -385,37 +579,56 @@ def similarity_report(course, assignment, threshold=DEFAULT_THRESHOLD, top=DEFAU
     """Compare every answer of ``assignment`` and write the CSV and the HTML page into the course
     directory; returns ``{exercise: [Pair, ...]}`` and the submissions that could not be compared."""
     course = Path(course).resolve()
-    exercises, problems = collect_answers(course, assignment)
+    exercises, added, problems = collect_answers(course, assignment)
     add_package_answers(exercises)
     ranked = {exercise.name: rank_pairs(exercise, threshold) for exercise in exercises}
+    flagged = flagged_cells(exercises, added)
     csv_path = course / f"similarity-{assignment}.csv"
+    flags_path = course / f"redflags-{assignment}.csv"
     html_path = course / f"similarity-{assignment}.html"
     write_csv(csv_path, ranked)
-    html_path.write_text(render(assignment, threshold, top, exercises, ranked, problems), encoding="utf-8")
+    write_flags_csv(flags_path, flagged)
+    html_path.write_text(render(assignment, threshold, top, exercises, ranked, problems, flagged), encoding="utf-8")
     for problem in problems:
         log(f"not compared: {problem}")
     total = sum(len(pairs) for pairs in ranked.values())
     log(f"{total} pairs scored {threshold:g} or more over {len(exercises)} exercises: wrote {csv_path} and "
         f"{html_path}, for a person to judge")
+    log(f"{len(flagged)} cells of {len({f.owner for f in flagged})} students have red flags: wrote {flags_path}")
     return ranked, problems
+
+
+def _flag_list(flags):
+    return "; ".join(str(flag) for flag in flags)
 
 
 def write_csv(path, ranked):
     with open(path, "w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
-        writer.writerow(["exercise", "student_a", "student_b", "similarity", "reason"])
+        writer.writerow(["exercise", "student_a", "student_b", "similarity", "reason", "red_flags_a", "red_flags_b"])
         for exercise, pairs in ranked.items():
             for pair in pairs:
-                writer.writerow([exercise, pair.a.owner, pair.b.owner, f"{pair.score:.3f}", pair.reason])
+                writer.writerow([exercise, pair.a.owner, pair.b.owner, f"{pair.score:.3f}", pair.reason,
+                                 _flag_list(pair.a.flags), _flag_list(pair.b.flags)])
+
+
+def write_flags_csv(path, flagged):
+    """One row per red flag, so that a spreadsheet sorts and filters them."""
+    with open(path, "w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(["student", "cell", "line", "red_flag"])
+        for cell in flagged:
+            for flag in cell.flags:
+                writer.writerow([cell.owner, cell.where, flag.line, flag.label])
 
 
 _STYLE = ("body{font-family:sans-serif;margin:2em}td,th{padding:.2em .6em;text-align:left}"
           ".side{display:grid;grid-template-columns:1fr 1fr;gap:1em}"
           "pre{background:#f6f6f6;padding:.5em;overflow-x:auto;margin:0}details{margin:.6em 0}"
-          "summary{cursor:pointer}.note{background:#fff6d6;padding:.6em}")
+          "summary{cursor:pointer}.note{background:#fff6d6;padding:.6em}.flag{color:#a4161a;margin:.2em 0}")
 
 
-def render(assignment, threshold, top, exercises, ranked, problems):
+def render(assignment, threshold, top, exercises, ranked, problems, flagged=()):
     esc = html.escape
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(assignment)}: similar answers"
              f"</title><style>{_STYLE}</style></head><body>",
@@ -428,6 +641,7 @@ def render(assignment, threshold, top, exercises, ranked, problems):
              "of each exercise, the CSV all of them.</p>"]
     if problems:
         parts.append("<h2>Not compared</h2><ul>" + "".join(f"<li>{esc(p)}</li>" for p in problems) + "</ul>")
+    parts.append(_render_flagged(flagged))
     for exercise in exercises:
         parts.append(_render_exercise(exercise, ranked[exercise.name], top))
     parts.append("</body></html>")
@@ -446,12 +660,29 @@ def _render_exercise(exercise, pairs, top):
         parts.append(
             f"<details open><summary><b>{pair.score:.3f}</b> {esc(pair.a.owner)} &harr; {esc(pair.b.owner)}: "
             f"{esc(pair.reason)}</summary>"
-            f"<div class='side'>{_column(pair.a.owner, pair.a.source)}{_column(pair.b.owner, pair.b.source)}"
+            f"<div class='side'>{_column(pair.a.owner, pair.a.source, pair.a.flags)}"
+            f"{_column(pair.b.owner, pair.b.source, pair.b.flags)}"
             f"</div><details><summary>what was compared</summary><div class='side'>"
             f"{_column('', pair.a.normalised)}{_column('', pair.b.normalised)}</div></details></details>")
     return "\n".join(parts)
 
 
-def _column(title, code):
+def _column(title, code, flags=()):
     heading = f"<h4>{html.escape(title)}</h4>" if title else ""
-    return f"<div>{heading}<pre>{html.escape(code)}</pre></div>"
+    warning = f"<p class='flag'>red flags: {html.escape(_flag_list(flags))}</p>" if flags else ""
+    return f"<div>{heading}{warning}<pre>{html.escape(code)}</pre></div>"
+
+
+def _render_flagged(flagged):
+    """The section of red flags: every flagged cell, in a pair or not, with its source."""
+    esc = html.escape
+    parts = [f"<h2>Red flags</h2><p>{len(flagged)} cells use what no exercise needs: frames, closures, code "
+             "objects, <code>sys.modules</code>, import, trace or profile hooks, the kernel or its event "
+             "callbacks, <code>os._exit</code>, threads, or code built at run time. That is how an answer can read "
+             "the hidden tests or steer the kernel; look at each, it may be harmless. The same list, a row per "
+             "flag, is in the <code>redflags-</code> CSV.</p>"]
+    for cell in flagged:
+        parts.append(f"<details><summary><b>{esc(cell.owner)}</b>, {esc(cell.where)}: "
+                     f"<span class='flag'>{esc(_flag_list(cell.flags))}</span></summary>"
+                     f"{_column('', cell.source)}</details>")
+    return "\n".join(parts)

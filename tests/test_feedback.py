@@ -5,14 +5,25 @@ The case came from notebook 07's scheduler test, whose hidden code named the mis
 after optimizer.step()" while `optimizer.step()` was also a line of that code. Its hidden cells now call the
 oracles in transformer_course.oracles, so the case is kept in a cell written here; the real cell's hint and its
 visible test's hint are checked too. The end-to-end pages (grading included) are checked in test_grader.py.
+
+An answer can also raise the tests' source encoded (read from its caller's frame): the page shows an error's type
+and a capped message, with long runs without a space removed, and never a traceback.
 """
+import ast
+import base64
+import functools
+import html
+import re
 import warnings
 
 import nbformat
-from nbformat.v4 import new_code_cell, new_notebook
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from grading import ROOT, SOLUTIONS, nbgrader_cells
-from autograder.feedback import HIDDEN_NOTE, hidden_text, own_text, scrub
+from autograder.feedback import (HIDDEN_NOTE, LONG_RUN, MAX_ASSERTION, MAX_OTHER, HiddenText, hidden_text, own_text,
+                                 render, scrub, shorten, shown_error)
+from autograder.grade import CellGrade
 
 ASSIGNMENT = "07_training"
 VISIBLE_HINT = "the scheduler moved on before the update: call scheduler.step() after optimizer.step()"
@@ -22,6 +33,7 @@ WRONG_ORDER = ("    optimizer.step()\n    if scheduler is not None:\n        sch
                "    if scheduler is not None:\n        scheduler.step()\n    optimizer.step()\n")
 
 
+@functools.cache     # read-only here: the tests copy what they change
 def notebooks():
     source = nbformat.read(SOLUTIONS / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
     release = nbformat.read(ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
@@ -64,7 +76,9 @@ def test_the_visible_tests_hint_reaches_the_page():
     message = scheduler_test_message(source, answer)
     assert VISIBLE_HINT in message
     submission = copy_with_answer(release, "train_step", answer)
-    assert scrub(message, hidden_text(source).secret(public_text(release, submission))) == message
+    hidden = hidden_text(source).secret(public_text(release, submission))
+    assert scrub(message, hidden) == message
+    assert shown_error("AssertionError", message.removeprefix("AssertionError: "), hidden) == message
 
 
 SCHEDULER_CELL = '''train_step(model, src, tgt, optimizer, scheduler)
@@ -102,12 +116,14 @@ def copy_with_answer(release, grade_id, answer):
 
 def test_a_message_quoting_hidden_code_is_cut():
     source, release = notebooks()
-    hidden = hidden_text(source).secret(public_text(release, release))
+    public = public_text(release, release)
+    hidden = hidden_text(source).secret(public)
     test_cell = nbgrader_cells(source)["test_train_step_scheduler"].source
     section = test_cell.split("### BEGIN HIDDEN TESTS\n")[1].split("### END HIDDEN TESTS")[0]
     # what a submission reading its caller's code (inspect, sys._getframe) could raise
     leaked = scrub(f"AssertionError: {section}", hidden).splitlines()
-    code_lines = [line for line in section.splitlines() if line.strip()]
+    # the hidden lines the release does not show too (the probe's require_own_work line is also the visible one's)
+    code_lines = [line for line in section.splitlines() if line.strip() and line.strip() not in public]
     assert code_lines and leaked.count(HIDDEN_NOTE) == len(code_lines), leaked
     assert not any("_hidden_test_train_step_scheduler" in kept for kept in leaked)
     assert scrub(f"ValueError: {code_lines[1]}", hidden) == HIDDEN_NOTE
@@ -138,3 +154,111 @@ def test_hidden_code_inside_a_hidden_message_is_shown_only_as_part_of_that_messa
                  "then def _check_dtype(): and more"]:
         assert scrub(f"first line\n{leak}", hidden) == f"first line\n{HIDDEN_NOTE}", leak
     assert scrub("AssertionError: mul(2, 3) should be 6", hidden) == "AssertionError: mul(2, 3) should be 6"
+
+
+# ----------------------------------------------------------------------------- what an error may carry to the page
+
+LEAKING_ANSWER = '''
+import base64
+
+def train_step(model, src, tgt, optimizer, scheduler=None):
+    # the test cell's source, as an answer that read it from its caller's frame would have it
+    secret = TEST_SOURCE * 3
+    raise ValueError(base64.b64encode(secret.encode()).decode() + "\\n" + secret)
+'''
+
+
+def hidden_section(source):
+    test_cell = nbgrader_cells(source)["test_train_step_scheduler"].source
+    return test_cell.split("### BEGIN HIDDEN TESTS\n")[1].split("### END HIDDEN TESTS")[0]
+
+
+def raised_by(answer, **names):
+    namespace = dict(names)
+    exec(answer, namespace)
+    try:
+        namespace["train_step"](None, None, None, None)
+    except Exception as error:
+        return error
+    raise AssertionError("the answer raised nothing")
+
+
+def page_with_error(error, source, release):
+    """The feedback page of a notebook-07 submission whose scheduler test failed with `error`, as a kernel reports
+    it (traceback included), and the message the page shows."""
+    cell = nbformat.from_dict(nbgrader_cells(source)["test_train_step_scheduler"])
+    cell.outputs = [new_output("error", ename=type(error).__name__, evalue=str(error),
+                               traceback=["Traceback (most recent call last)", f"{type(error).__name__}: {error}"])]
+    grade = CellGrade("test_train_step_scheduler", "test", 0.0, 1.0)
+    hidden = hidden_text(source).secret(public_text(release, release))
+    page = render("mallory", ASSIGNMENT, ASSIGNMENT, [(grade, cell)], hidden, None)
+    return page, html.unescape(re.search(r"<pre>(.*?)</pre>", page, re.S).group(1))
+
+
+def test_a_students_error_carrying_the_encoded_tests_shows_its_type_and_nothing_of_them():
+    source, release = notebooks()
+    section = hidden_section(source)
+    error = raised_by(LEAKING_ANSWER, TEST_SOURCE=nbgrader_cells(source)["test_train_step_scheduler"].source)
+    encoded = str(error).splitlines()[0]
+    assert len(encoded) > 1000 and section in str(error)
+    page, shown = page_with_error(error, source, release)
+    assert shown == f"ValueError: [… {len(encoded)} characters removed]"
+    assert "Traceback" not in page
+    assert not any(encoded[i:i + 16] in page for i in range(0, len(encoded) - 16, 8))
+    assert not any(line.strip() in page for line in section.splitlines() if len(line.strip()) >= 12)
+
+
+def test_an_encoding_cut_into_short_words_is_capped():
+    source, release = notebooks()
+    encoded = base64.b64encode(hidden_section(source).encode() * 3).decode()
+    words = " ".join(encoded[i:i + 60] for i in range(0, len(encoded), 60))
+    _, shown = page_with_error(ValueError(words), source, release)
+    assert shown == f"ValueError: {words[:MAX_OTHER].rstrip()}…"
+
+
+@pytest.mark.parametrize("kind", ["prose", "base64 on one line", "base64 wrapped at 76"])
+def test_a_students_5000_character_assertion_message_is_capped_and_its_encoding_removed(kind):
+    source, release = notebooks()
+    secret = (hidden_section(source) * 30)[:3750].encode()   # 5,000 characters in base64
+    message = {"prose": ("your sums are wrong, " * 250)[:5000],
+               "base64 on one line": base64.b64encode(secret).decode() + "\nmore\nlines",
+               "base64 wrapped at 76": base64.encodebytes(secret).decode()}[kind]
+    assert len(message) >= 5000
+    _, shown = page_with_error(AssertionError(message), source, release)
+    assert shown.startswith("AssertionError: ") and len(shown) <= len("AssertionError: ") + MAX_ASSERTION + 1
+    if kind == "prose":
+        assert shown == f"AssertionError: {message[:MAX_ASSERTION].rstrip()}…"
+    else:   # newlines do not end a run: the lines wrapped at 76, and the words after the run, go with it
+        assert shown == f"AssertionError: [… {len(message.rstrip())} characters removed]"
+
+
+def test_an_error_name_that_is_no_class_name_is_not_shown():
+    assert shown_error("Leak" + "A" * 500, "x", HiddenText()) == "Error: x"
+    assert shown_error("Leak\nsecond line", "x", HiddenText()) == "Error: x"
+    assert shown_error("ValueError", "", HiddenText()) == "ValueError"
+
+
+def test_the_courses_own_messages_are_shown_whole():
+    """own_work's refusals (not AssertionErrors) fit MAX_OTHER, and no message of the tests, the oracles or own_work
+    has a run without a space that the page would remove."""
+    from transformer_course import own_work
+
+    for exercise, pieces in own_work.FINISHED.items():
+        for piece in pieces:
+            message = own_work._refusal_message(exercise, piece)
+            assert shown_error("FinishedAnswerUsed", message, HiddenText()) == f"FinishedAnswerUsed: {message}"
+    texts = [c.source for path in SOLUTIONS.glob("*/*.ipynb")
+             for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    texts += [path.read_text() for path in (ROOT / "transformer_course" / "oracles").glob("*.py")]
+    texts.append((ROOT / "transformer_course" / "own_work.py").read_text())
+    checked = 0
+    for text in texts:
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue                      # a set-up cell's IPython magic
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert shorten(node.value, len(node.value)) == node.value, node.value[:2 * LONG_RUN]
+                checked += 1
+    assert checked > 500

@@ -1,6 +1,7 @@
-"""``python -m autograder similarity``: a scratch course of notebook 05 with twelve students, honest answers
-from tests/submissions, one who pasted the course package's LayerNorm, two who copied each other, and
-an untouched release. No kernels: nothing is executed.
+"""``python -m autograder similarity``: a scratch course of notebook 05 with thirteen students, honest answers
+from tests/submissions, one who pasted the course package's LayerNorm, two who copied each other, one whose
+answers read the test's frame and start a thread (red flags), and an untouched release. No kernels: nothing is
+executed.
 """
 import copy
 import csv
@@ -10,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import uuid
 
 import nbformat
@@ -19,7 +21,7 @@ from grading import ROOT, load_suite, with_answers
 import transformer_course
 from autograder import CONFIG
 from autograder.__main__ import main
-from autograder.similarity import PACKAGE, normalise, similarity_report
+from autograder.similarity import PACKAGE, normalise, red_flags, similarity_report
 
 ASSIGNMENT = "05_layer_norm_feed_forward"
 RELEASE = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
@@ -55,6 +57,41 @@ class PositionwiseFeedForward(nn.Module):
         return self.linear2(self.dropout(hidden))
 ''',
 }
+
+
+# Right answers with red flags: one reads the test's variables from its caller's frame, one starts a thread.
+MALLORY = {
+    "LayerNorm": '''
+import sys
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(d_model))
+        self.beta = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        self.seen = dict(sys._getframe(1).f_locals)
+        var, mean = torch.var_mean(x, dim=-1, unbiased=False, keepdim=True)
+        return self.gamma * (x - mean) * torch.rsqrt(var + self.eps) + self.beta
+''',
+    "PositionwiseFeedForward": '''
+import threading
+
+
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.up, self.down, self.drop = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(dropout)
+        threading.Thread(target=lambda: None, daemon=True).start()
+
+    def forward(self, x):
+        return self.down(self.drop(torch.relu(self.up(x))))
+''',
+}
+ADDED_CELL = "import sys\nsys.settrace(lambda *args: None)\n"   # a cell mallory adds below the answers
 
 
 def disguise(source, renames):
@@ -100,6 +137,7 @@ def answers():
         "heidi": HEIDI,
         "ivan": IVAN,
         "judy": {},                                                  # the untouched release
+        "mallory": MALLORY,
         "ken": {"LayerNorm": "class LayerNorm(nn.Module):\n    def __init__(self, d_model, eps=1e-5):\n"
                              "        super().__init__()\n        self.gamma = nn.Parameter(torch.ones(d_model)\n",
                 "PositionwiseFeedForward": None},                    # None: the stub with a comment added
@@ -133,6 +171,8 @@ def make_course(root):
         chosen = {g: stubs[g].replace("# YOUR CODE HERE", "# YOUR CODE HERE (todo)") if a is None else a
                   for g, a in chosen.items()}
         notebook = with_answers(release, chosen)
+        if student == "mallory":
+            notebook.cells.append(nbformat.v4.new_code_cell(ADDED_CELL))
         submit(root, student, colab(notebook) if student == "erin" else notebook)
     submit(root, "leo", nbformat.read(ROOT / "notebooks" / "03_masking" / "03_masking.ipynb", as_version=4))
 
@@ -184,11 +224,11 @@ def test_unanswered_cells_pair_with_nothing(report):
 
 def test_every_answer_is_compared_even_from_colab_or_with_a_syntax_error(report):
     _, _, rows, _ = report
-    students = {"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan"}
+    students = {"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "mallory"}
     for exercise in ("LayerNorm", "PositionwiseFeedForward"):
         named = {r["student_a"] for r in pairs(rows, exercise)} | {r["student_b"] for r in pairs(rows, exercise)}
         assert named == students | {PACKAGE} | ({"ken"} if exercise == "LayerNorm" else set())
-    assert len(pairs(rows, "LayerNorm")) == 11 * 10 // 2      # ten students and the package, every pair
+    assert len(pairs(rows, "LayerNorm")) == 12 * 11 // 2      # eleven students and the package, every pair
     assert any("ken: a syntax error" in r["reason"] for r in pairs(rows, "LayerNorm"))
 
 
@@ -237,3 +277,71 @@ def test_a_syntax_error_falls_back_to_tokens():
 def test_a_course_without_the_release_is_an_error(tmp_path, capsys):
     assert main(["similarity", ASSIGNMENT, "--course", str(tmp_path)]) == 2
     assert "generate_assignment" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- red flags
+
+def labels(source):
+    return {(flag.line, flag.label) for flag in red_flags(source)}
+
+
+def line_of(source, text):
+    return next(number for number, line in enumerate(source.splitlines(), 1) if text in line)
+
+
+def test_reading_the_callers_frame_and_starting_a_thread_are_flagged():
+    frame, thread = MALLORY["LayerNorm"], MALLORY["PositionwiseFeedForward"]
+    at = line_of(frame, "_getframe")
+    assert labels(frame) == {(at, "frame: sys._getframe"), (at, "frame: f_locals")}
+    assert labels(thread) == {(line_of(thread, "import threading"), "threads: threading"),
+                              (line_of(thread, "Thread("), "threads: threading")}
+    assert labels("from sys import _getframe as caller\nvalues = caller(2).f_globals") == {
+        (1, "frame: sys._getframe"), (2, "frame: sys._getframe"), (2, "frame: f_globals")}
+    assert labels("from concurrent.futures import ThreadPoolExecutor as Pool\nPool(2)") == {
+        (1, "threads: concurrent.futures"), (2, "threads: concurrent.futures")}
+    assert labels("get_ipython().events.register('pre_run_cell', f)\nimport os\nos._exit(0)") == {
+        (1, "kernel: get_ipython"), (1, "event callback: events.register"), (3, "exit: os._exit")}
+    assert labels("eval(code + '1')\nexec('import sys\\nsys.settrace(None)')") == {
+        (1, "dynamic code: eval of a built string"), (2, "trace hook: settrace")}
+    assert labels("%time scope = sys._getframe(1)") == {(1, "frame: sys._getframe")}   # IPython magic: tokens
+
+
+def test_ordinary_answers_have_no_red_flag():
+    ordinary = ("class Scale(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                "        self.register_buffer('top', torch.tensor(math.inf))\n"
+                "    def forward(self, x):\n        self.eval()\n        n = len(list(self.modules()))\n"
+                "        pattern = re.compile('a+')\n        return torch.stack([x, x]).clamp(max=self.top) / n\n")
+    assert red_flags(ordinary) == []
+    answers = [a.source for assignment in sorted(p.stem for p in (ROOT / "tests" / "submissions").glob("0*.py"))
+               for suite in load_suite(assignment) for a in suite]
+    answers += [inspect.getsource(getattr(transformer_course, name))
+                for name in ("LayerNorm", "MultiHeadAttention", "Transformer", "corpus_bleu")]
+    answers += HEIDI.values()
+    assert len(answers) > 300
+    assert [a for a in answers if red_flags(textwrap.dedent(a))] == []
+
+
+def test_the_pairs_show_their_red_flags(report):
+    _, _, rows, html = report
+    row = next(r for r in pairs(rows, "LayerNorm") if "mallory" in (r["student_a"], r["student_b"]))
+    flags = row["red_flags_a"] if row["student_a"] == "mallory" else row["red_flags_b"]
+    at = line_of(MALLORY["LayerNorm"], "_getframe")
+    assert flags == f"frame: f_locals (line {at}); frame: sys._getframe (line {at})"   # by line, then label
+    others = [r for r in rows if "mallory" not in (r["student_a"], r["student_b"])]
+    assert others and not any(r["red_flags_a"] or r["red_flags_b"] for r in others)
+    assert "red flags: frame: f_locals" in html
+
+
+def test_red_flags_are_listed_even_outside_every_pair(report):
+    root, _, _, _ = report
+    ranked, _ = similarity_report(root, ASSIGNMENT, log=lambda line: None)
+    assert not any("mallory" in (p.a.owner, p.b.owner) for found in ranked.values() for p in found)
+    with open(root / f"redflags-{ASSIGNMENT}.csv", newline="", encoding="utf-8") as file:
+        flagged = {(r["student"], r["cell"], r["red_flag"]) for r in csv.DictReader(file)}
+    added = next(cell for _, cell, _ in flagged if cell.startswith("added cell"))
+    assert flagged == {("mallory", "LayerNorm", "frame: sys._getframe"), ("mallory", "LayerNorm", "frame: f_locals"),
+                       ("mallory", "PositionwiseFeedForward", "threads: threading"),
+                       ("mallory", added, "trace hook: settrace")}
+    page = (root / f"similarity-{ASSIGNMENT}.html").read_text(encoding="utf-8")
+    section = page.split("<h2>Red flags</h2>")[1].split("<h2>")[0]
+    assert section.count("<b>mallory</b>") == 3 and "sys.settrace(lambda *args: None)" in section

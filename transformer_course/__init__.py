@@ -20,8 +20,8 @@ from .training import label_smoothing_loss, noam_lr, train_step
 from .checkpoints import load_checkpoint, save_checkpoint
 from .decoding import beam_search, greedy_decode
 from .bleu import corpus_bleu
-# Gates the finished answers and imports the tests' oracles (which use own_work through testing): imported
-# here, so that whichever module is imported first, own_work is set up before the oracles need it.
+# own_work gates the finished answers, but only from the first test cell on: importing the package rewrites
+# nothing (torch.compile traces the code as written) and does not need the tests' oracles.
 from . import own_work  # noqa: E402,F401
 
 __all__ = [

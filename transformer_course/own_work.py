@@ -11,8 +11,9 @@ name, a subclass, a wrapper, an instance held inside the answer. The finished ve
 exercises keep working, as the notebooks ask. An answer that is the finished X itself (the same object, a
 subclass of it, or a verbatim copy of its code) fails at once.
 
-How: when this module is imported, every finished function, and every method of every finished class,
-gets new code (``__code__``) that asks a gate before it runs the original code. Aliases, subclasses,
+How: on the first ``require_own_work`` (or ``install_gates``), every finished function, and every method of
+every finished class, gets new code (``__code__``) that asks a gate before it runs the original code. Not at
+import: ordinary use of the package (``torch.compile`` of its model, say) must find the code as written. Aliases, subclasses,
 bound methods and instances made earlier all hold these same function objects, so every route passes the
 gate. The refusal ends with the cell: the gate refuses only while the test cell's code is on the call
 stack or the kernel still runs that cell (a thread the answer starts).
@@ -186,15 +187,18 @@ def _functions_of(piece):
     return found
 
 
-def _add_oracles():
-    """The hidden tests' oracles that compute an exercise's answer are helpers of that exercise too. Imported
-    here, once this module has defined what transformer_course.testing takes from it: the oracles use testing."""
-    from .oracles import ANSWER_HELPERS
-    for exercise, helpers in ANSWER_HELPERS.items():
-        FINISHED[exercise] += helpers
+def add_answer_helpers(answer_helpers):
+    """The hidden tests' oracles that compute an exercise's answer (exercise -> functions) are helpers of that
+    exercise too: the oracles call this when they are imported (a package without them lacks nothing)."""
+    for exercise, helpers in answer_helpers.items():
+        FINISHED[exercise] += tuple(h for h in helpers if h not in FINISHED[exercise])
+    if _ORIGINAL_CODE:   # the gates are up already: these get theirs now
+        install_gates()
 
 
-def _install_gates():
+def install_gates():
+    """Gate every finished function not gated yet. require_own_work calls it; the grader's kernel guard calls
+    it before it captures the package's code, so that the gates are part of what it protects."""
     owners = {}   # function -> [the exercises it belongs to, the piece it comes from, whether only a helper]
     for exercise, pieces in FINISHED.items():
         for piece in pieces:
@@ -203,7 +207,8 @@ def _install_gates():
                 owner[0].add(exercise)
                 owner[2] = owner[2] and piece is not pieces[0]
     for function, (exercises, piece, helper) in owners.items():
-        _install_gate(function, frozenset(exercises), piece, helper)
+        if function not in _ORIGINAL_CODE:
+            _install_gate(function, frozenset(exercises), piece, helper)
 
 
 # ----------------------------------------------------------------------------- the test cells' call
@@ -260,11 +265,9 @@ def require_own_work(exercise, namespace):
     ``namespace`` is the notebook's ``globals()``, where the answer is defined."""
     if exercise not in FINISHED:
         raise ValueError(f"unknown exercise {exercise!r}; expected one of {', '.join(FINISHED)}")
+    install_gates()
     answer = namespace.get(exercise)
     if answer is not None and is_finished_answer(answer, exercise):
         raise FinishedAnswerUsed(_refusal_message(exercise, FINISHED[exercise][0]))
     _add_refusal(_Refusal(exercise, sys._getframe(1), _cell_count()))
 
-
-_add_oracles()
-_install_gates()

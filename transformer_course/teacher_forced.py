@@ -12,13 +12,15 @@ __all__ = ["teacher_forced_scores"]
 
 
 @torch.no_grad()
-def teacher_forced_scores(model, batches, pad_idx=0, smoothing=0.1, device=None, amp_dtype=None):
+def teacher_forced_scores(model, batches, pad_idx=0, smoothing=0.1, device=None, amp_dtype=None, loss_function=None):
     """Teacher-forced scores over `batches` (an iterable of (src, tgt)), every target token counting once:
 
     loss (label-smoothed with `smoothing`, comparable with the training loss), nll (plain cross-entropy),
     perplexity = exp(nll), accuracy (how often the most likely next token is the right one), tokens.
-    The model is put in eval mode and put back in the mode it was in.
+    The model is put in eval mode and put back in the mode it was in. `loss_function`: the
+    label_smoothing_loss to use (a notebook passes its own; default the package's).
     """
+    loss_function = loss_function or label_smoothing_loss
     was_training = model.training
     model.eval()
     device = device if device is not None else next(model.parameters()).device
@@ -34,8 +36,8 @@ def teacher_forced_scores(model, batches, pad_idx=0, smoothing=0.1, device=None,
             n = int(keep.sum())
             if n == 0:
                 continue
-            loss += label_smoothing_loss(logits, labels, smoothing, pad_idx).item() * n
-            nll += label_smoothing_loss(logits, labels, 0.0, pad_idx).item() * n
+            loss += loss_function(logits, labels, smoothing, pad_idx).item() * n
+            nll += loss_function(logits, labels, 0.0, pad_idx).item() * n
             correct += int((logits.argmax(-1) == labels)[keep].sum())
             tokens += n
     finally:

@@ -19,14 +19,15 @@ class TrainingData(NamedTuple):
 
 
 def load_multi30k(max_train_pairs=None, max_val_pairs=None, min_freq=2, lowercase=True, tokenizer="spacy",
-                  vocab_size=None, mirror=None, cache_dir=None):
+                  vocab_size=None, mirror=None, cache_dir=None, vocab_builder=None):
     """Multi30k's train and validation pairs (the first `max_*_pairs` of each; None: all) as
     TranslationDatasets, with vocabularies built from those training pairs.
 
     tokenizer="spacy": words, one vocabulary per language (tokens seen at least `min_freq` times);
     "subword": SentencePiece BPE learnt on both languages' training text, `vocab_size` pieces, one vocabulary
     shared by both sides. `mirror`: a folder with the official files (default $MULTI30K_MIRROR, else
-    download into the cache)."""
+    download into the cache). `vocab_builder`: the build_vocab to use (a notebook passes its own; default the
+    package's)."""
     if tokenizer not in ("spacy", "subword"):
         raise ValueError(f"tokenizer must be 'spacy' or 'subword', got {tokenizer!r}")
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
@@ -38,8 +39,9 @@ def load_multi30k(max_train_pairs=None, max_val_pairs=None, min_freq=2, lowercas
         tokens = {split: (tokenize(german, "de", lowercase, cache_dir / "tokens"),
                           tokenize(english, "en", lowercase, cache_dir / "tokens"))
                   for split, (german, english) in texts.items()}
-        src_vocab = build_vocab(tokens["train"][0], min_freq=min_freq)
-        tgt_vocab = build_vocab(tokens["train"][1], min_freq=min_freq)
+        vocab_builder = vocab_builder or build_vocab
+        src_vocab = vocab_builder(tokens["train"][0], min_freq=min_freq)
+        tgt_vocab = vocab_builder(tokens["train"][1], min_freq=min_freq)
         subword = None
     else:
         if lowercase:

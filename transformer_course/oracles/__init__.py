@@ -13,3 +13,8 @@ ANSWER_HELPERS = {}
 for _module in (attention, masking, multi_head, layer_norm, transformer, training, decoding):
     for _exercise, _helpers in _module.ANSWER_HELPERS.items():
         ANSWER_HELPERS[_exercise] = ANSWER_HELPERS.get(_exercise, ()) + _helpers
+
+# Registered here, not imported by own_work: a copy of the package without oracles/ still imports.
+from ..own_work import add_answer_helpers  # noqa: E402
+
+add_answer_helpers(ANSWER_HELPERS)

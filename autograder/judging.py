@@ -1,0 +1,167 @@
+"""The judge's half of a test cell, run in the grader's own process (see transformer_course/probing.py).
+
+A judged test cell holds imports, function definitions and ``run_test(probe, judge)`` calls, nothing else.
+The sandboxed kernel runs the cell, so the probes call the student's code and send their data out; here the
+cell's source (the sanitized notebook's: nbgrader restored it from the gradebook, so the student cannot have
+changed it) is compiled again without its calls, and each judge gets its probe's data, loaded with the safe
+loader. The verdict (the judge's AssertionError message, or nothing) and whatever the judges printed replace
+the cell's outputs from the kernel: a student's code can send only wrong data, never a verdict.
+"""
+import ast
+import base64
+import binascii
+import contextlib
+import io
+from dataclasses import dataclass
+
+# transformer_course (and torch) are imported only when a cell is judged: `python -m autograder --help`
+# and the instructor's side of grading stay quick.
+PROBE_MIME = "application/vnd.transformer-course.probe+base64"   # transformer_course.probing.PROBE_MIME
+JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"                           # transformer_course.probing.JUDGE_OUTSIDE
+MAX_CELL_BYTES = 64 * 2**20   # base64 text of all the probe data one cell may send
+
+
+def is_judged(source):
+    """Whether a test cell is written as probe and judge (it calls run_test at the top level)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "run_test(" in source   # a broken judged cell still counts as judged: it fails closed
+    return any(_run_test_call(node) for node in tree.body)
+
+
+def all_judged(notebook):
+    """Whether every graded test cell of ``notebook`` is judged: then its kernel needs no oracle."""
+    from .cells import is_test
+
+    return all(is_judged(cell.source) for cell in notebook.cells if is_test(cell))
+
+
+def _run_test_call(node):
+    """(probe name, judge name) if ``node`` is ``run_test(NAME, NAME)``, else None."""
+    if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)):
+        return None
+    call = node.value
+    if not (isinstance(call.func, ast.Name) and call.func.id == "run_test" and not call.keywords
+            and len(call.args) == 2 and all(isinstance(a, ast.Name) for a in call.args)):
+        return None
+    return call.args[0].id, call.args[1].id
+
+
+class CellFormatError(Exception):
+    """A judged cell with statements a judge may not run (a course bug: the cell fails, closed)."""
+
+
+_ALLOWED = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef)
+
+
+def _judges(source):
+    """The judges of a judged cell, in the order of its run_test calls, defined in a fresh namespace."""
+    tree = ast.parse(source)
+    calls, kept = [], []
+    for node in tree.body:
+        pair = _run_test_call(node)
+        if pair:
+            calls.append(pair)
+        elif _kernel_only(node):
+            continue
+        elif isinstance(node, _ALLOWED) or _is_constant(node):
+            kept.append(node)
+        else:
+            raise CellFormatError(f"line {node.lineno}: a judged test cell may hold only imports, definitions "
+                                  "and run_test(probe, judge) calls")
+    namespace = _prelude()
+    exec(compile(ast.Module(body=kept, type_ignores=[]), "<judged test cell>", "exec"), namespace)
+    return [namespace[judge] for _, judge in calls]
+
+
+def _kernel_only(node):
+    """``require_own_work(...)``: a statement for the kernel (plain nbgrader's refusal), not for the judge."""
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == "require_own_work")
+
+
+def _is_constant(node):
+    """A docstring, or NAME = a literal (a tolerance, a description)."""
+    if isinstance(node, ast.Expr):
+        return isinstance(node.value, ast.Constant)
+    if isinstance(node, ast.Assign) and all(isinstance(t, ast.Name) for t in node.targets):
+        try:
+            ast.literal_eval(node.value)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _prelude():
+    """What every judge may use without importing it: the notebooks' set-up imports and the test helpers."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from transformer_course import probing, testing
+    return {"__name__": "judged_test_cell", "math": math, "torch": torch, "nn": nn, "F": F,
+            "Raised": probing.Raised, "returned": probing.returned, "replayed": probing.replayed,
+            "assert_raised_value_error": probing.assert_raised_value_error, "check_tensor": testing.check_tensor,
+            "assert_close": testing.assert_close, "same_random_numbers": testing.same_random_numbers}
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str = ""   # why it failed, in the judge's words
+    printed: str = ""   # what the judges printed
+
+
+def take_probe_data(message):
+    """The base64 text of probe data if an IOPub message carries some, else None."""
+    if message["msg_type"] != "display_data":
+        return None
+    data = message["content"].get("data", {})
+    return data.get(PROBE_MIME) if isinstance(data.get(PROBE_MIME), str) else None
+
+
+def judge_cell(source, sent):
+    """The verdict on a judged test cell, given the base64 texts its kernel sent, in order."""
+    try:
+        judges = _judges(source)
+    except (SyntaxError, CellFormatError, NameError, ImportError) as error:
+        return Verdict(False, f"the grader could not read this test cell ({type(error).__name__}: {error})")
+    if len(sent) < len(judges):
+        return Verdict(False, "the test cell stopped before all its tests sent their data: an earlier error in "
+                              "this cell, or in your code, stopped it (see the error above)")
+    if len(sent) > len(judges):
+        return Verdict(False, f"the test cell sent {len(sent)} results for {len(judges)} tests: something "
+                              "besides the tests sent data")
+    printed = io.StringIO()
+    for judge, text in zip(judges, sent):
+        with contextlib.redirect_stdout(printed):
+            failure = _judge_one(judge, text)
+        if failure:
+            return Verdict(False, failure, printed.getvalue())
+    return Verdict(True, "", printed.getvalue())
+
+
+def _judge_one(judge, text):
+    """None if the judge passes the probe's data, else its message."""
+    from transformer_course.probing import ProbeDataError, Raised, unpack
+
+    if text is None:
+        return f"your code returned more data than the grader reads ({MAX_CELL_BYTES // 2**20} MB in one cell)"
+    try:
+        found = unpack(base64.b64decode(text.encode("ascii"), validate=True))
+    except (ProbeDataError, binascii.Error, UnicodeEncodeError) as error:
+        return f"the data your code returned could not be read: {error}"
+    if isinstance(found, Raised):
+        return f"{found.type_name}: {found.first_line}"
+    try:
+        judge(found)
+    except AssertionError as error:
+        return str(error) or "a test failed"
+    except Exception as error:   # data of an unexpected form: the judge could not read it
+        return (f"the test could not check what your code returned ({type(error).__name__}: "
+                f"{str(error)[:200]}): check the types and shapes your code returns")
+    return None

@@ -1,0 +1,192 @@
+"""The course package as the grading kernel of one notebook sees it: without the answers it must not use.
+
+The package ships the finished version of every exercise, since later notebooks import them. While
+notebook N is graded, the sandbox shows the kernel, at the package's own path, a copy in which the finished
+exercises of notebook N and of every later notebook (own_work.FINISHED: the answer and the package's helpers
+that do its work) only raise ``NotImplementedError``: their bodies are replaced in the source files, so no
+import, alias, ``inspect.getsource`` or read of the file finds the finished code. Signatures, docstrings,
+class hierarchies, module-level names and imports stay, so ``import transformer_course`` works, and so do
+the earlier notebooks' finished parts, which notebook N imports. Line numbers stay too: tracebacks through
+the parts that remain point at the right lines.
+
+Each copy is built once per assignment and package source (a folder in a cache of the grader's user), by
+whichever process grades first: the local pool's workers and Dask workers alike build and reuse their own.
+"""
+import ast
+import compileall
+import hashlib
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+from .sandbox import package_folder
+
+# assignment -> its exercises, in the course's order (../shared/exercise-contract.md)
+NOTEBOOKS = {
+    "01_positional_encoding": ("positional_encoding", "TokenEmbedding", "PositionalEncoding"),
+    "02_attention": ("scaled_dot_product_attention",),
+    "03_masking": ("padding_mask", "causal_mask", "target_mask"),
+    "04_multi_head_attention": ("split_heads", "merge_heads", "MultiHeadAttention"),
+    "05_layer_norm_feed_forward": ("LayerNorm", "PositionwiseFeedForward"),
+    "06_transformer": ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer"),
+    "07_training": ("build_vocab", "label_smoothing_loss", "noam_lr", "train_step"),
+    "08_decoding_bleu": ("greedy_decode", "beam_search", "corpus_bleu"),
+}
+# assignment -> finished parts of its own notebook that stay: exercises whose finished version the tests of the
+# notebook's later exercises substitute for the student's (so that one mistake costs points once), and
+# "module.name" pieces a demo needs (08's search tree is drawn by the package's beam_search_tree).
+KEPT = {
+    "01_positional_encoding": ("positional_encoding",),
+    "03_masking": ("padding_mask", "causal_mask"),
+    "04_multi_head_attention": ("split_heads", "merge_heads"),
+    "06_transformer": ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder"),
+    "07_training": ("label_smoothing_loss",),
+    "08_decoding_bleu": ("greedy_decode", "decoding.beam_search_tree"),
+}
+ORACLES = "oracles"
+
+
+def finished_pieces(source):
+    """exercise -> ((module, name), ...) of own_work.FINISHED, read from the package folder ``source``
+    without importing it (no torch in the grader's process): the answer first, then its helpers."""
+    tree = ast.parse((Path(source) / "own_work.py").read_text(encoding="utf-8"))
+    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "FINISHED" for t in node.targets))
+    return {ast.literal_eval(key): tuple((piece.value.id, piece.attr) for piece in value.elts)
+            for key, value in zip(table.keys, table.values)}
+
+
+def withheld(assignment, source):
+    """{(module, name): (exercise, whether it is the answer itself)} of what ``assignment``'s copy withholds:
+    the finished parts of its exercises and of the later notebooks', but no helper an earlier one needs."""
+    order, kept = list(NOTEBOOKS), KEPT.get(assignment, ())
+    # A notebook of another name (renamed by an instructor, say) fails closed: it sees no finished exercise.
+    first = order.index(assignment) if assignment in NOTEBOOKS else 0
+    later = {e for a in order[first:] for e in NOTEBOOKS[a]} - set(kept)
+    pieces = finished_pieces(source)
+    needed = {piece for exercise, parts in pieces.items() if exercise not in later for piece in parts}
+    needed |= {tuple(name.split(".")) for name in kept if "." in name}
+    found = {}
+    for exercise, parts in pieces.items():
+        for position, piece in enumerate(parts):
+            if exercise in later and piece not in needed:
+                found.setdefault(piece, (exercise, position == 0))
+    return found
+
+
+def _message(assignment, module, name, exercise, answer):
+    what = f"the course's finished `{exercise}`" if answer else \
+        f"`{module}.{name}`, part of the course's finished `{exercise}`,"
+    return (f"{what} is not available while notebook {assignment} is graded: the package's version is there "
+            f"for the later notebooks; here, write your own")
+
+
+def _body_spans(node):
+    """(start, end) positions of what to replace in each function of ``node`` (a function: its body; a class:
+    each method's body), docstrings left in place. An empty end: insert after the docstring."""
+    functions = [node] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [
+        n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    spans = []
+    for function in functions:
+        body = function.body[1:] if ast.get_docstring(function, clean=False) is not None else function.body
+        if body:
+            spans.append(((body[0].lineno, body[0].col_offset), (body[-1].end_lineno, body[-1].end_col_offset)))
+        else:   # a docstring only
+            docstring = function.body[0]
+            spans.append(((docstring.end_lineno, docstring.end_col_offset), None))
+    return spans
+
+
+def strip_source(text, names, assignment, module):
+    """The module's source ``text`` with the bodies of ``names`` ({name: (exercise, answer)}) raising
+    NotImplementedError; every line stays where it was."""
+    lines = text.encode("utf-8").splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    data = b"".join(lines)
+    edits = []
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
+            statement = f"raise NotImplementedError({_message(assignment, module, node.name, *names[node.name])!r})"
+            for (line, column), end in _body_spans(node):
+                begin = starts[line - 1] + column
+                if end is None:
+                    edits.append((begin, begin, f"; {statement}".encode()))
+                else:
+                    stop = starts[end[0] - 1] + end[1]
+                    edits.append((begin, stop, statement.encode() + b"\n" * data[begin:stop].count(b"\n")))
+    for begin, stop, replacement in sorted(edits, reverse=True):
+        data = data[:begin] + replacement + data[stop:]
+    stripped = data.decode("utf-8")
+    ast.parse(stripped)   # a rewrite that broke the module must fail here, not in every kernel
+    return stripped
+
+
+def _digest(source, keep_oracles):
+    """What a copy depends on: the package's files, this module, the Python that compiles it, where it is seen."""
+    digest = hashlib.sha256(f"{sys.version}\0{source}\0{keep_oracles}\0".encode())
+    digest.update(Path(__file__).read_bytes())
+    for path in sorted(Path(source).rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def cache_folder():
+    """The grader's user's own folder of copies: a folder in the shared temporary directory that somebody
+    else made could hold a package with the finished answers in it."""
+    folder = Path(tempfile.gettempdir()) / f"autograder-packages-{os.geteuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise PermissionError(f"{folder} is not a folder of this user's own: remove it")
+    return folder
+
+
+def build(assignment, source, target, keep_oracles=True):
+    """Write ``assignment``'s copy of the package folder ``source`` to ``target`` (a new folder), compiled
+    as if it were at ``source`` (where the sandbox shows it), readable by the sandbox's user."""
+    ignored = ["__pycache__", "*.pyc"] + ([] if keep_oracles else [ORACLES])
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
+    by_module = {}
+    for (module, name), owner in withheld(assignment, source).items():
+        by_module.setdefault(module, {})[name] = owner
+    for module, names in by_module.items():
+        path = Path(target) / f"{module}.py"
+        path.write_text(strip_source(path.read_text(encoding="utf-8"), names, assignment, module), encoding="utf-8")
+    # Compiled once here, since the kernel may not write beside a read-only package; named by the path it has there.
+    compileall.compile_dir(str(target), ddir=str(source), quiet=2)
+    for folder, _, files in os.walk(target):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+
+
+def stripped_package(assignment, keep_oracles=True, source=None):
+    """The folder of ``assignment``'s copy of the course package, built on the first call for this package
+    source (an assignment that is not one of the course's notebooks sees no finished exercise); None when there is
+    no package.
+    ``keep_oracles``: with the hidden tests' oracles (``transformer_course/oracles``), which the hidden tests
+    of the notebooks still judged in the kernel import."""
+    source = Path(source) if source else package_folder()
+    if source is None:
+        return None
+    root = cache_folder()
+    target = root / f"{assignment}-{'with' if keep_oracles else 'no'}-oracles-{_digest(source, keep_oracles)}"
+    if target.is_dir():
+        return target
+    building = Path(tempfile.mkdtemp(prefix=f".{assignment}-", dir=root))
+    try:
+        build(assignment, source, building / "package", keep_oracles)
+        try:
+            os.rename(building / "package", target)   # atomic: a copy is seen whole or not at all
+        except OSError:
+            if not target.is_dir():   # not another worker's copy of the same package, made meanwhile
+                raise
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+    return target

@@ -1,0 +1,216 @@
+"""Tests in two halves: a *probe* that runs the student's code, and a *judge* that decides.
+
+Every graded test cell of the course is written as
+
+    def probe():                 # calls the answer on chosen inputs; returns plain data
+        ...
+    def judge(found):            # compares that data with the oracles; raises AssertionError to fail
+        ...
+    run_test(probe, judge)
+
+In a student's own Jupyter, and in plain ``nbgrader autograde``, ``run_test`` runs both in the kernel. The
+course's grader (``python -m autograder grade``) sets ``COURSE_JUDGE_OUTSIDE=1`` in the sandboxed kernel:
+there ``run_test`` only runs the probe and sends its data out as a display message; the grader's own process
+loads it with a safe loader and runs the cell's judges itself (autograder/judging.py). What the student's
+process says about a test cell decides nothing, and it never sees what is expected.
+
+Probe data is what ``torch.save`` can store and ``torch.load(weights_only=True)`` can read back without
+running code: tensors, numbers, strings, booleans, None, and lists, tuples and str-keyed dicts of them.
+An exception the student's code raised travels as a ``Raised`` (its type and message).
+"""
+import base64
+import io
+import os
+import zipfile
+
+import torch
+
+PROBE_MIME = "application/vnd.transformer-course.probe+base64"
+JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"   # set by the grader in the kernel's environment
+MAX_BYTES = 32 * 2**20                   # one probe's data, serialized: more is refused
+MAX_MESSAGE = 300                        # characters kept of an exception's message
+_RAISED_KEY = "__raised__"
+
+
+class Raised:
+    """An exception raised by the student's code, kept as data: its type's name and message."""
+
+    def __init__(self, type_name, message):
+        self.type_name, self.message = str(type_name), str(message)
+
+    @classmethod
+    def of(cls, error):
+        return cls(type(error).__name__, str(error)[:MAX_MESSAGE])
+
+    @property
+    def first_line(self):
+        lines = self.message.strip().splitlines()
+        return lines[0][:MAX_MESSAGE] if lines else ""
+
+    def __repr__(self):
+        return f"{self.type_name}({self.first_line!r})"
+
+
+def attempt(function, *args, **kwargs):
+    """``function(*args, **kwargs)``, or a ``Raised`` if it raised: one failing call does not stop the probe."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:   # the judge decides what an exception means
+        return Raised.of(error)
+
+
+def returned(value, what):
+    """For a judge: ``value`` as the answer returned it; an AssertionError naming the exception if it raised."""
+    if isinstance(value, Raised):
+        raise AssertionError(f"{what} raised {value.type_name}: {value.first_line}")
+    return value
+
+
+def assert_raised_value_error(result, what, why):
+    """For a judge: the probed call raised ValueError; ``why`` says which argument is bad."""
+    if isinstance(result, Raised) and result.type_name == "ValueError":
+        return
+    if isinstance(result, Raised):
+        raise AssertionError(f"{what} should raise ValueError ({why}), but raised {result.type_name}: {result.first_line}")
+    raise AssertionError(f"{what} should raise ValueError ({why}), but returned {type(result).__name__}")
+
+
+def run_test(probe, judge):
+    """Run ``probe`` (the student's code on the test's inputs); then ``judge`` its data, here or in the grader."""
+    if os.environ.get(JUDGE_OUTSIDE) == "1":
+        from IPython.display import display
+        data = pack(attempt(probe))   # an exception is data too: the grader reports it
+        display({PROBE_MIME: base64.b64encode(data).decode("ascii")}, raw=True)
+        return
+    judge(unpack(pack(probe())))   # the judge sees the data exactly as the grader would
+
+
+# ----------------------------------------------------------------------------- plain data, both ways
+
+def _plain(value, depth=0):
+    """``value`` as data torch.load(weights_only=True) reads back; anything else becomes a description."""
+    if depth > 20:
+        return {"__unsupported__": "data nested more than 20 deep"}
+    if isinstance(value, torch.Tensor):
+        with torch._C.DisableTorchFunctionSubclass():
+            return value.detach().cpu().clone().as_subclass(torch.Tensor)
+    if isinstance(value, Raised):
+        return {_RAISED_KEY: [value.type_name, value.message]}
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) in (list, tuple):
+        return type(value)(_plain(v, depth + 1) for v in value)
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {k: _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, torch.Size):
+        return list(value)
+    return {"__unsupported__": type(value).__name__}
+
+
+def pack(found):
+    """The probe's data as bytes (torch.save of plain data)."""
+    buffer = io.BytesIO()
+    torch.save(_plain(found), buffer)
+    return buffer.getvalue()
+
+
+class ProbeDataError(ValueError):
+    """Probe data that is too large, compressed or not plain data: it is never loaded."""
+
+
+def unpack(data, limit=MAX_BYTES):
+    """Bytes from ``pack`` back to data, with a loader that runs no code; ``Raised`` records restored."""
+    if len(data) > limit:
+        raise ProbeDataError(f"{len(data)} bytes of probe data, more than the {limit} allowed")
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = archive.infolist()
+    except zipfile.BadZipFile as error:
+        raise ProbeDataError(f"not torch.save data ({error})") from None
+    # torch.save stores without compression: a compressed entry could expand far past the limit.
+    if any(e.compress_type != zipfile.ZIP_STORED or e.file_size > limit for e in entries):
+        raise ProbeDataError("compressed or oversized entries in the probe data")
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as error:   # the safe unpickler refuses anything but plain data
+        raise ProbeDataError(f"not plain data ({type(error).__name__}: {str(error)[:200]})") from None
+    return _restore(loaded)
+
+
+def _restore(value):
+    if type(value) is dict:
+        if set(value) == {_RAISED_KEY} and type(value[_RAISED_KEY]) is list and len(value[_RAISED_KEY]) == 2:
+            return Raised(*value[_RAISED_KEY])
+        return {k: _restore(v) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_restore(v) for v in value)
+    if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+        raise ProbeDataError(f"a tensor of type {type(value).__name__} in the probe data")
+    return value
+
+
+# ----------------------------------------------------------------------------- calls recorded, then replayed
+
+def call_key(args, kwargs=None):
+    """A digest of a call's arguments (tensors by dtype, shape and bytes): the same in the kernel and the grader."""
+    import hashlib
+
+    digest = hashlib.sha256()
+
+    def feed(value):
+        if isinstance(value, torch.Tensor):
+            with torch._C.DisableTorchFunctionSubclass():
+                plain = value.detach().cpu().contiguous()
+            digest.update(f"T{plain.dtype}{list(plain.shape)}".encode())
+            digest.update(plain.view(torch.uint8).numpy().tobytes() if plain.numel() else b"")
+        elif type(value) in (list, tuple):
+            digest.update(f"{type(value).__name__}{len(value)}(".encode())
+            for item in value:
+                feed(item)
+            digest.update(b")")
+        elif type(value) is dict:
+            for name in sorted(value):
+                digest.update(f"{name}=".encode())
+                feed(value[name])
+        else:
+            digest.update(f"{type(value).__name__}:{value!r};".encode())
+    feed([list(args), dict(kwargs or {})])
+    return digest.hexdigest()
+
+
+def record_calls(answer, calls):
+    """For a probe: ``answer`` on each (args, kwargs) of ``calls``; its results (or ``Raised``) by call_key."""
+    results = {}
+    for args, kwargs in calls:
+        key = call_key(args, kwargs)
+        if key not in results:
+            results[key] = attempt(answer, *args, **kwargs)
+    return results
+
+
+class ReplayedError(Exception):
+    """An exception the student's code raised, raised again in the judge."""
+
+
+def _exception_like(raised):
+    import builtins
+
+    kind = getattr(builtins, raised.type_name, None)
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        kind = ReplayedError
+    return kind(raised.message)
+
+
+def replayed(results, name):
+    """For a judge: a stand-in for the student's ``name`` that returns what the probe recorded for the same
+    arguments (or raises what it raised), so that the oracles' checks can call it as they would the answer."""
+    def answer(*args, **kwargs):
+        key = call_key(args, kwargs)
+        if key not in results:
+            raise AssertionError(f"the test has no result of {name} for these arguments: the probe did not make "
+                                 "this call (a bug in the course's test: please report it)")
+        result = results[key]
+        if isinstance(result, Raised):
+            raise _exception_like(result)
+        return result
+    return answer
