@@ -18,6 +18,8 @@ from transformer_course.layers import (Decoder, DecoderLayer, Encoder, EncoderLa
                                        PositionwiseFeedForward)
 from transformer_course.masks import causal_mask, padding_mask, target_mask
 from transformer_course.model import Transformer
+from transformer_course.probes.attention import dropout_calls
+from transformer_course.probes.multi_head import attn_calls, give_weights, stand_in
 from transformer_course.oracles import attention as attention_oracle
 from transformer_course.oracles import layer_norm as layer_norm_oracle
 from transformer_course.oracles import masking as masking_oracle
@@ -98,8 +100,9 @@ def test_attention_dropout_applies_to_weights_and_returns_weights_before_it():
     torch.testing.assert_close(dropped_weights, weights)    # returned before dropout
     torch.testing.assert_close(dropped_output, 3 * output)  # used for the output
     # nn.Dropout in train mode: the same output as PyTorch's attention with the same random numbers
-    attention_oracle.check_dropout(scaled_dot_product_attention, "attention with nn.Dropout(0.3) in train mode",
-                                   q, k, v, attention_oracle.random_keep(2, 3, 5), 0.3, seed=4)
+    keep = attention_oracle.random_keep(2, 3, 5)
+    found = dropout_calls(scaled_dot_product_attention, q, k, v, keep, 0.3, seed=4)
+    attention_oracle.check_dropout(found, "attention with nn.Dropout(0.3) in train mode", q, k, v, keep, 0.3, seed=4)
 
 
 def test_attention_rejects_a_mask_that_is_not_bool():
@@ -224,14 +227,36 @@ def test_multi_head_attention_train_mode_matches_nn_with_the_same_seed(need_weig
 def test_multi_head_attention_passes_the_hidden_tests_checks():
     mha = MultiHeadAttention(12, 3, dropout=0.3).eval()
     query, memory = torch.randn(2, 4, 12), torch.randn(2, 5, 12)
-    multi_head_oracle.check_values({}, mha, 3, "MultiHeadAttention(12, 3)", query, memory, memory)
+    multi_head_oracle.check_values(mha(query, memory, memory), mha, 3, "MultiHeadAttention(12, 3)", query, memory, memory)
     mask = lengths_to_keep([5, 2], 5)[:, None, None, :]
-    multi_head_oracle.check_mask({}, mha, 3, "MultiHeadAttention(12, 3) with a mask", (query, memory, memory), mask)
-    multi_head_oracle.check_attn({}, mha, 3, 0.3, "attn after MultiHeadAttention(12, 3)", query, memory, memory, mask)
+    multi_head_oracle.check_mask(mha(query, memory, memory, mask), mha, 3, "MultiHeadAttention(12, 3) with a mask",
+                                 (query, memory, memory), mask)
+    train_query = torch.randn(2, 4, 12)
+    found = attn_calls({}, mha, query, memory, memory, mask, train_query)
+    multi_head_oracle.check_attn(found, mha, 3, 0.3, "attn after MultiHeadAttention(12, 3)", query, memory, memory, mask,
+                                 train_query)
     with same_random_numbers(11):
         output = mha.train()(query, memory, memory, mask)
     multi_head_oracle.check_dropout(output, mha, 3, 0.3, "MultiHeadAttention(12, 3, dropout=0.3).train()",
                                     query, memory, memory, mask, seed=11)
+
+
+def test_the_judges_copy_of_the_weights_is_the_probes():
+    """The judge rebuilds from the seed the weights the probe gave the student's module, shared layers included."""
+    mha = MultiHeadAttention(12, 3)
+    twin = stand_in(12, 5, give_weights(mha, 12, 5))
+    assert mha.state_dict().keys() == twin.state_dict().keys()
+    for name, tensor in mha.state_dict().items():
+        assert torch.equal(tensor, twin.state_dict()[name]), name
+    shared = MultiHeadAttention(12, 3)
+    shared.w_k = shared.w_q
+    shared.w_v = nn.Linear(12, 12, bias=False)
+    layout = give_weights(shared, 12, 5)
+    assert layout["w_q"] == layout["w_k"] == ["w_k", True] and layout["w_v"] == ["w_v", False]
+    twin = stand_in(12, 5, layout)
+    for name in ("w_q", "w_k", "w_v", "w_o"):
+        assert torch.equal(getattr(shared, name).weight, getattr(twin, name).weight), name
+    assert twin.w_v.bias is None
 
 
 def test_fast_path_equals_weights_path_including_fully_masked_rows_and_gradients():
@@ -307,7 +332,8 @@ def test_layer_norm_matches_formula_and_f_layer_norm():
     x = x.requires_grad_()
     upstream = torch.randn(x.shape)
     (norm(x) * upstream).sum().backward()
-    layer_norm_oracle.check_gradients(norm, x, upstream, 0.1)
+    grads = {"x": x.grad, "gamma": norm.gamma.grad, "beta": norm.beta.grad}
+    layer_norm_oracle.check_gradients(grads, x, upstream, norm.gamma.detach(), norm.beta.detach(), 0.1)
 
 
 def test_layer_norm_parameters_start_as_identity():

@@ -126,8 +126,8 @@ ORACLE_ROUTES = {
         "        self.dropout = nn.Dropout(dropout)\n"
         "    def forward(self, query, key, value, mask=None):\n"
         "        return multi_head._expected(self, self.n_heads, query, key, value, mask, dtype=query.dtype)[0]\n",
-        lambda answer: oracles.multi_head.check_values({}, answer(8, 2).eval(), 2, "MultiHeadAttention(8, 2)",
-                                                       *(torch.randn(2, 3, 8) for _ in range(3)))),
+        lambda answer: oracles.multi_head.check_values((m := answer(8, 2).eval())(*(x := [torch.randn(2, 3, 8)] * 3)), m,
+                                                       2, "MultiHeadAttention(8, 2)", *x)),
     "LayerNorm": (
         "from transformer_course.oracles import layer_norm\n"
         "class LayerNorm(nn.Module):\n"
@@ -265,6 +265,15 @@ def corpus_bleu(hypotheses, references, max_n=4):
 }
 
 
+def _encoder_layer_runs(EncoderLayer):
+    """What the hidden probe of test_EncoderLayer_post_ln finds (the kernel's half of check_encoder_layer_post_ln)."""
+    from transformer_course.probes.transformer import ENCODER_CASES, layer_runs
+    return layer_runs(lambda d, h, f: EncoderLayer(d, h, f, dropout=0.3), "encoder", ENCODER_CASES)
+
+
+PROBES = {"EncoderLayer": _encoder_layer_runs}
+
+
 @pytest.mark.parametrize("exercise", ORACLE_ANSWERS)
 def test_an_answer_that_calls_the_tests_oracle_passes_only_outside_its_tests(exercise):
     """The answer is right (the check passes it when no refusal is in force), so only the gate can fail it."""
@@ -272,10 +281,11 @@ def test_an_answer_that_calls_the_tests_oracle_passes_only_outside_its_tests(exe
     namespace = notebook_namespace()
     exec(source, namespace)
     oracle = getattr(__import__(f"transformer_course.oracles.{module}").oracles, module)
-    getattr(oracle, check)(namespace[exercise])
+    probe = PROBES.get(exercise, lambda answer: answer)   # a judged check takes what the probe found
+    getattr(oracle, check)(probe(namespace[exercise]))
     require_own_work(exercise, namespace)
     with pytest.raises(FinishedAnswerUsed, match=f"the tests' own computation of `{exercise}`.*write your own"):
-        getattr(oracle, check)(namespace[exercise])
+        getattr(oracle, check)(probe(namespace[exercise]))
 
 
 @pytest.mark.parametrize("exercise", ["EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer",

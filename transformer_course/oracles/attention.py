@@ -13,10 +13,11 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .. import testing
+from ..probes.attention import random_keep  # noqa: F401  (the hidden tests' masks, made in the kernel too)
+from ..probing import Raised, returned
 
 
 def call(answer, what, *args, **kwargs):
@@ -166,17 +167,6 @@ def shapes(q, k, v, keep=None):
     return "scaled_dot_product_attention(" + text + ("" if keep is None else f", mask {list(keep.shape)}") + ")"
 
 
-def random_keep(*shape, generator=None):
-    """A random bool mask in which every row has at least one True and at least one False."""
-    keep = torch.rand(*shape, generator=generator) < 0.5
-    n_k = shape[-1]
-    first = torch.randint(0, n_k, shape[:-1], generator=generator)
-    second = (first + torch.randint(1, n_k, shape[:-1], generator=generator)) % n_k
-    keep.scatter_(-1, first.unsqueeze(-1), True)
-    keep.scatter_(-1, second.unsqueeze(-1), False)
-    return keep
-
-
 def check_batched(answer, what, q, k, v, **kwargs):
     """check_attention with leading dimensions; an answer that gives, on each slice, what it gives for that
     slice alone passes too (a single matrix is graded in the values cells)."""
@@ -190,34 +180,28 @@ def check_masked(answer, what, q, k, v, keep, **kwargs):
     return check_attention(answer, what, q, k, v, keep, own=own, **kwargs)
 
 
-def recording(dropout, shape):
-    """Wrap a dropout callable: remember what it got and what it returned."""
-    seen = []
-
-    def record(w):
-        assert list(w.shape) == list(shape), (
-            f"dropout was called on a tensor of shape {list(w.shape)}: was it applied to the output? It belongs "
-            f"on the attention weights, shape {list(shape)}, before they multiply value")
-        dropped = dropout(w)
-        seen.append((w.detach().clone(), dropped.detach().clone()))
-        return dropped
-    return record, seen
+def result_pair(value, what):
+    """What a probe recorded of one call of the student's function, checked to be the pair (output, weights)."""
+    if isinstance(value, Raised) and value.type_name == "RuntimeError":
+        raise AssertionError(f"{what} raised RuntimeError ({value.first_line})")
+    value = returned(value, what)
+    assert isinstance(value, tuple) and len(value) == 2, (
+        f"{what} should return the pair (output, weights), got {type(value).__name__}"
+        + (": did you forget to return the weights?" if isinstance(value, torch.Tensor) else ""))
+    return value
 
 
-def check_dropout(answer, what, q, k, v, keep, p, seed):
-    """Train mode with nn.Dropout(p). Dropout must get the weights (as the same call without dropout
-    returns them), the output must be what it returned times value, the weights must come back from
-    before it; and with the same random numbers PyTorch's attention must give the same output."""
-    args = (q, k, v) if keep is None else (q, k, v, keep)
-    shape = list(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + [q.shape[-2], k.shape[-2]]
-    dropout, seen = recording(nn.Dropout(p).train(), shape)
-    with testing.same_random_numbers(seed):
-        output, weights = call(answer, what, *args, dropout=dropout)
+def check_dropout(found, what, q, k, v, keep, p, seed):
+    """Train mode with nn.Dropout(p), from what probes.dropout_calls recorded. Dropout must get the weights (as
+    the same call without dropout returns them), the output must be what it returned times value, the weights
+    must come back from before it; and with the same random numbers PyTorch's attention must give the same output."""
+    output, weights = result_pair(found["result"], what)
+    seen = found["seen"]
     assert seen, (f"{what}: the dropout callable was never called; apply dropout(weights) before multiplying "
                   "by value (use the `dropout` argument, not a dropout of your own)")
     assert len(seen) == 1, f"{what}: dropout was called {len(seen)} times; call it once, on the weights"
     received, dropped = seen[0]
-    _, plain = call(answer, what.replace(f"with nn.Dropout({p}) in train mode", "without dropout"), *args)
+    _, plain = result_pair(found["plain"], what.replace(f"with nn.Dropout({p}) in train mode", "without dropout"))
     if not _close(received, plain, 1e-6):
         sums = received.double().sum(-1)
         raise AssertionError(
@@ -232,7 +216,7 @@ def check_dropout(answer, what, q, k, v, keep, p, seed):
     # The oracle: PyTorch's attention with the same dropout probability and the same random numbers
     # (when the weights are right; wrong weights are graded in the other cells).
     if _close(received, _fused_weights(q, k, keep), 1e-5):
-        if received.is_contiguous():
+        if found["contiguous"]:
             with testing.same_random_numbers(seed), sdpa_kernel(SDPBackend.MATH):
                 expected = _fused(q, k, v, keep, dropout_p=p)
         else:  # the same draws for a tensor laid out like the student's

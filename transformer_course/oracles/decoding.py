@@ -1,28 +1,28 @@
-"""Oracles of notebook 08 (greedy_decode, beam_search, corpus_bleu), shared by its hidden tests.
+"""Oracles of notebook 08 (greedy_decode, beam_search, corpus_bleu): the judges of its test cells.
 
-The test models are tables of scores (the notebook's TableModel), so the expected values are read from the
-table on Python lists: the greedy rows row by row, the beam search step by step as the contract describes it,
-with the log-probabilities written out in float64; BLEU comes from sacreBLEU on the space-joined tokens with its
-own tokenisation and smoothing off. Never from the course's solution (transformer_course.decoding,
-transformer_course.bleu). Known mistakes are computed too, only to name a mistake in a message. Every check
-takes the student's function and the notebook's test models (TableModel and its tables), and the notebook's
-namespace where the test puts the course's finished greedy_decode in place of the student's.
+The probes (in the kernel) run the student's decoders on stand-in models whose scores come from fixed tables
+(transformer_course.probes.decoding: TableModel, the tables and the cases) and hand back what they returned
+and what the stand-ins saw wrong; the checks here take that data (``found``) and read the expected values from
+the same tables on Python lists: the greedy rows row by row, the beam search step by step as the contract
+describes it, with the log-probabilities written out in float64. BLEU comes from sacreBLEU on the space-joined
+tokens with its own tokenisation and smoothing off; its checks take the student's corpus_bleu (in a judge, its
+results replayed, probing.replayed), so sacreBLEU runs only in the judge. Never from the course's solution
+(transformer_course.decoding, transformer_course.bleu). Known mistakes are computed too, only to name a
+mistake in a message.
 
 The functions that compute an exercise's answer are helpers of that exercise in own_work's table: during its
 tests an answer that calls them is refused.
 """
 import itertools
 import math
-import random
 import zlib
 from collections import Counter
 
 import torch
 
-import transformer_course as course
-
 from .. import testing
-from ..model import Transformer
+from ..probes import decoding as probes
+from ..probing import Raised
 
 
 def log_probs(table, source, prefix):
@@ -139,43 +139,92 @@ def as_id_list(result, what):
     return [int(i) for i in result]
 
 
-def stand_ins(short_or_long_table, early_end_table):
-    """(table, vocab_size, beam_size, max_len, alpha) of searches on which known mistakes differ."""
-    return [(short_or_long_table, 5, 2, 10, 0.6), (short_or_long_table, 5, 2, 10, 0.0), (early_end_table, 6, 2, 8, 0.6)]
+GREEDY_HINT = ("Check the shapes: ys is [B, t]; model.decode(ys, memory, src_mask, tgt_mask) gives [B, t, d]; "
+               "model.generator of its last position gives scores [B, vocab]; the next token is their argmax over "
+               "the last dimension, [B], appended to ys as a column.")
+BEAM_HINT = ("Check the shapes step by step: live hypotheses [k, t]; model.decode(live, memory.expand(k, -1, -1), "
+             "src_mask, causal_mask(t)) gives [k, t, d]; the log-probabilities of the next token [k, vocab]; "
+             "the candidates' sums, flattened, [k * vocab].")
 
 
-def telling_apart(named, beam_search, TableModel, searches):
+def outcome(result, what, hint=None):
+    """For a judge: what the answer returned in the probe, or an AssertionError that says how it failed (an
+    AssertionError of the answer's own keeps its message)."""
+    if isinstance(result, Raised):
+        if result.type_name == "AssertionError":
+            raise AssertionError(result.message)
+        raise AssertionError(f"{what} failed with {result.type_name}: {result.message}" + (f". {hint}" if hint else ""))
+    return result
+
+
+def paired(cases, found):
+    """The test's cases (a list, or a dict of lists) zipped with the probe's results for them."""
+    if isinstance(cases, dict):
+        assert isinstance(found, dict) and set(found) == set(cases), "the probe's data does not match the test's cases"
+        return {name: paired(group, found[name]) for name, group in cases.items()}
+    assert isinstance(found, list) and len(found) == len(cases), "the probe's data does not match the test's cases"
+    return list(zip(cases, found))
+
+
+def saw_no_wrong_masks(result, what):
+    problems = result["mask_problems"]
+    assert not problems, f"{what}: the model saw wrong masks: " + "; ".join(sorted(problems))
+
+
+def stopping_problem(out, max_len, eos, pad):
+    """What is wrong with where the rows of a greedy_decode output end (None if nothing), whatever their tokens."""
+    rows, length = out.tolist(), out.size(1)
+    ends = [row.index(eos, 1) if eos in row[1:] else None for row in rows]
+    for i, (row, end) in enumerate(zip(rows, ends)):
+        if end is not None and any(t != pad for t in row[end + 1:]):
+            return f"row {i} goes on after its <eos>. After a row's eos_idx it gets only model.pad_idx ({pad})"
+    if length > max_len:
+        return f"the rows have {length} ids, more than max_len={max_len} (<bos> included)"
+    if all(end is not None for end in ends):
+        if length > max(ends) + 1:
+            return (f"every row had produced <eos> after {max(ends) + 1} ids, but decoding went on to {length}: "
+                    "stop as soon as every row has ended")
+    elif length < max_len:
+        return (f"decoding stopped after {length} ids although row {ends.index(None)} had not produced <eos> "
+                "(did it stop when the first row ended?): go on until every row has produced eos_idx, or max_len ids")
+    return None
+
+
+def telling_apart(named, stand_ins):
     """Of several mistakes that give the student's answer, those that also give the student's answers to the
-    stand-in searches, which tell them apart: keeping finished hypotheses live is not ignoring the length penalty."""
-    for table, vocab_size, beam_size, max_len, alpha in searches:
+    stand-in searches (probes.stand_in_searches, run by the probe), which tell them apart: keeping finished
+    hypotheses live is not ignoring the length penalty."""
+    for case, result in paired(probes.stand_in_searches(), stand_ins):
         try:
-            got = as_id_list(beam_search(TableModel(vocab_size, table), torch.tensor([[3]]), beam_size, max_len, 1, 2,
-                                         alpha), "beam_search")
+            got = as_id_list(outcome(result["out"], "beam_search"), "beam_search")
         except Exception:   # the answer's failure is reported by the test that called us
             continue
-        produced = beam_mistakes(table, (3,), beam_size, max_len, 1, 2, alpha, vocab_size)
+        produced = beam_mistakes(case.table, (3,), case.beam_size, case.max_len, 1, 2, case.alpha, case.vocab_size)
         named = [description for description in named if produced[description] == got] or named
     return named
 
 
-def check_beam(beam_search, model, table, src, beam_size, max_len, bos, eos, alpha, vocab_size, what=None,
-               searches=()):
-    source = tuple(unpadded(src, model.pad_idx)[0])
+def check_beam(case, result, what=None, stand_ins=()):
+    """The answer's search of ``case`` (result: what the probe's run got) is the contract's."""
+    table, beam_size, max_len, bos, eos, alpha, vocab_size = (case.table, case.beam_size, case.max_len, case.bos,
+                                                              case.eos, case.alpha, case.vocab_size)
+    source = tuple(unpadded(case.src, case.pad)[0])
     what = what or f"beam_search(model, src, beam_size={beam_size}, max_len={max_len}, length_penalty={alpha})"
-    got = as_id_list(call(lambda: beam_search(model, src, beam_size, max_len, bos, eos, alpha), what,
-                          "check the shapes step by step (live hypotheses [k, t], scores [k, vocab])"), what)
+    got = as_id_list(outcome(result["out"], what, "check the shapes step by step (live hypotheses [k, t], "
+                             "scores [k, vocab])"), what)
     expected = reference_beam(table, source, beam_size, max_len, bos, eos, alpha, vocab_size)
     if got == expected:
         return
-    assert not model.mask_problems, f"{what}: the model saw wrong masks: {'; '.join(sorted(model.mask_problems))}"
+    saw_no_wrong_masks(result, what)
     if got and got[0] != bos:
         raise AssertionError(f"{what} returned {got}: the hypothesis should start with bos_idx={bos}")
     named = [description for description, produced in beam_mistakes(table, source, beam_size, max_len, bos, eos,
                                                                      alpha, vocab_size).items() if produced == got]
     if len(named) > 1:
-        named = telling_apart(named, beam_search, type(model), searches)
+        named = telling_apart(named, stand_ins)
     if named:
         raise AssertionError(f"{what} returned {got}, expected {expected}: it looks like " + "; or ".join(named))
+
     def score(ids):
         if not ids or ids[0] != bos:
             return float("nan")
@@ -184,16 +233,6 @@ def check_beam(beam_search, model, table, src, beam_size, max_len, bos, eos, alp
                          f"{expected} (score {score(expected):.4f}): keep the beam_size best extensions by their "
                          "sum of log-probabilities, set those ending in <eos> aside, stop when none is live or "
                          "the live ones have max_len ids, then choose by the penalised score")
-
-
-def n_trap_table(source, prefix, vocab_size=5):
-    """<eos> at once (0.45) against [w w w <eos>] with log P = -1.005: with n counted right the long one wins at
-    alpha = 0.6, with n counting <bos> the short one."""
-    probs = [1e-6] * vocab_size
-    steps = {1: {2: 0.45, 3: 0.55}, 2: {3: 0.88, 2: 0.12}, 3: {3: 0.88, 2: 0.12}, 4: {2: 0.8595, 3: 0.1405}}
-    for token, p in steps.get(len(prefix), {2: 0.5, 3: 0.5}).items():
-        probs[token] = p
-    return [math.log(p) for p in probs]
 
 
 def sacre(hypotheses, references, max_n=4):
@@ -270,7 +309,8 @@ def check_bleu(corpus_bleu, hyps, refs, what, max_n=None):
     try:
         got = float(got)
     except (TypeError, ValueError):
-        raise AssertionError(f"{what} should return a number, got {type(got).__name__}") from None
+        kind = got.get("__unsupported__") if isinstance(got, dict) else None   # a type probe data cannot hold
+        raise AssertionError(f"{what} should return a number, got {kind or type(got).__name__}") from None
     assert math.isfinite(got), f"{what} returned {got}: BLEU is a finite number in [0, 100] (0 when some p_n is 0)"
     expected = sacre(hyps, refs, max_n or 4)
     if abs(got - expected) <= 1e-6 + 1e-6 * abs(expected):
@@ -285,32 +325,16 @@ def check_bleu(corpus_bleu, hyps, refs, what, max_n=None):
     raise AssertionError(f"{what} gives {got:.4f}, expected {expected:.4f} (sacreBLEU on the same tokens)")
 
 
-def random_batch(TableModel, random_table, seed, vocab_size, specials, size):
-    """A random table and its model, and `size` random sources of 1 to `size` words padded into [size, size]."""
-    pad, bos, eos = specials
-    table = random_table(vocab_size, seed, pad_idx=pad, bos_idx=bos, eos_idx=eos)
-    model = TableModel(vocab_size, table, pad_idx=pad)
-    words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
-    generator = random.Random(seed)
-    rows = [[generator.choice(words) for _ in range(generator.randint(1, size))] for _ in range(size)]
-    src = torch.full((size, size), pad)
-    for i, row in enumerate(rows):
-        src[i, :len(row)] = torch.tensor(row)
-    return table, model, rows, src
+def greedy_what(case):
+    return (f"greedy_decode(model, src {list(case.src.shape)}, max_len={case.max_len}, bos_idx={case.bos}, "
+            f"eos_idx={case.eos})")
 
 
-def check_greedy_decode_shape(greedy_decode, TableModel, random_table, GREEDY_HINT):
-    """The hidden tests of `test_greedy_decode_shape`."""
-    for batch, max_len, bos, eos, pad in [(1, 6, 1, 2, 0), (5, 8, 1, 2, 0), (3, 1, 1, 2, 0), (2, 2, 1, 2, 0),
-                                           (4, 7, 6, 0, 3)]:
-        table = random_table(8, seed=batch, pad_idx=pad, bos_idx=bos, eos_idx=eos)
-        model = TableModel(8, table, pad_idx=pad)
-        torch.manual_seed(batch)
-        src = torch.randint(0, 8, (batch, 5))
-        src[src == pad] = (pad + 1) % 8
-        src[0, 3:] = pad
-        what = f"greedy_decode(model, src {list(src.shape)}, max_len={max_len}, bos_idx={bos}, eos_idx={eos})"
-        out = call(lambda: greedy_decode(model, src, max_len, bos, eos), what, GREEDY_HINT)
+def check_greedy_decode_shape(found):
+    """The hidden tests of `test_greedy_decode_shape` (found: probes.runs of probes.greedy_shape_cases())."""
+    for case, result in paired(probes.greedy_shape_cases(), found):
+        batch, max_len, bos, what = case.src.size(0), case.max_len, case.bos, greedy_what(case)
+        out = outcome(result["out"], what, GREEDY_HINT)
         testing.check_tensor(out, what, dtype=torch.long)
         assert out.dim() == 2 and out.size(0) == batch, \
             f"{what} has shape {list(out.shape)}: expected [{batch}, L], one row per sentence"
@@ -319,194 +343,136 @@ def check_greedy_decode_shape(greedy_decode, TableModel, random_table, GREEDY_HI
         assert (out[:, 0] == bos).all(), f"{what} starts with {out[:, 0].tolist()}: every row starts with bos_idx={bos}"
 
 
-def check_greedy_decode_values(greedy_decode, TableModel, random_table, GREEDY_HINT):
-    """The hidden tests of `test_greedy_decode_values`."""
-    for seed, vocab_size, max_len, (pad, bos, eos) in [(0, 7, 9, (0, 1, 2)), (1, 7, 12, (0, 1, 2)), (2, 9, 6, (0, 1, 2)),
-                                                       (3, 8, 10, (5, 7, 0)), (4, 6, 20, (0, 1, 2))]:
-        table, model, rows, src = random_batch(TableModel, random_table, seed, vocab_size, (pad, bos, eos), 5)
-        what = f"greedy_decode(model, src [5, 5], max_len={max_len}, bos_idx={bos}, eos_idx={eos})"
-        out = call(lambda: greedy_decode(model, src, max_len, bos, eos), what, GREEDY_HINT)
-        assert not model.mask_problems, f"{what}: the model saw wrong masks: " + "; ".join(sorted(model.mask_problems))
-        expected = greedy_rows(table, rows, max_len, bos, eos)
-        assert out.dim() == 2 and out.size(0) == 5, f"{what} has shape {list(out.shape)}, expected [5, L]"
-        for i, want in enumerate(expected):
-            n = min(len(want), out.size(1))
-            got = out[i, :n].tolist()
-            if got != want[:n]:
-                first = next(t for t in range(n) if got[t] != want[t])
-                raise AssertionError(f"{what}: row {i} should begin {want[:n]}, got {got} (first difference at position "
-                                     f"{first}). The next token is the argmax over the vocabulary of the scores at the "
-                                     "last position, with the causal mask and the source's padding mask")
-    torch.manual_seed(0)
-    real = Transformer(11, 13, d_model=16, n_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32).eval()
-    src = torch.tensor([[5, 6, 7, 8, 2], [9, 4, 3, 0, 0], [10, 2, 0, 0, 0]])
-    out = call(lambda: greedy_decode(real, src, 9, 1, 2), "greedy_decode(a real Transformer, ...)", GREEDY_HINT)
-    for row in range(3):
+def check_greedy_rows(out, expected, what):
+    for i, want in enumerate(expected):
+        n = min(len(want), out.size(1))
+        got = out[i, :n].tolist()
+        if got != want[:n]:
+            first = next(t for t in range(n) if got[t] != want[t])
+            raise AssertionError(f"{what}: row {i} should begin {want[:n]}, got {got} (first difference at position "
+                                 f"{first}). The next token is the argmax over the vocabulary of the scores at the "
+                                 "last position, with the causal mask and the source's padding mask")
+
+
+def real_greedy_rows():
+    """Greedy decoding of probes.REAL_SOURCE with the real Transformer's forward(), one sentence at a time."""
+    real, src, rows = probes.real_transformer(), torch.tensor(probes.REAL_SOURCE), []
+    for row in range(src.size(0)):
         ys = torch.tensor([[1]])
         while ys.size(1) < 9 and (ys.size(1) == 1 or ys[0, -1].item() != 2):
             with torch.no_grad():
                 logits = real(src[row:row + 1, :int((src[row] != 0).sum())], ys)
             ys = torch.cat([ys, logits[0, -1].argmax().view(1, 1)], dim=1)
-        n = min(ys.size(1), out.size(1))
-        assert out[row, :n].tolist() == ys[0, :n].tolist(), (
-            f"greedy_decode with a real Transformer: row {row} should begin {ys[0, :n].tolist()}, got "
+        rows.append(ys[0].tolist())
+    return rows
+
+
+def check_greedy_decode_values(found):
+    """The hidden tests of `test_greedy_decode_values` (found: "cases", probes.runs of probes.greedy_value_cases(),
+    "real": probes.real_run)."""
+    cases = probes.greedy_value_cases()
+    for (case, rows), result in paired(cases, found["cases"]):
+        what = f"greedy_decode(model, src [5, 5], max_len={case.max_len}, bos_idx={case.bos}, eos_idx={case.eos})"
+        out = outcome(result["out"], what, GREEDY_HINT)
+        saw_no_wrong_masks(result, what)
+        assert out.dim() == 2 and out.size(0) == 5, f"{what} has shape {list(out.shape)}, expected [5, L]"
+        check_greedy_rows(out, greedy_rows(case.table, rows, case.max_len, case.bos, case.eos), what)
+    out = outcome(found["real"], "greedy_decode(a real Transformer, ...)", GREEDY_HINT)
+    for row, want in enumerate(real_greedy_rows()):
+        n = min(len(want), out.size(1))
+        assert out[row, :n].tolist() == want[:n], (
+            f"greedy_decode with a real Transformer: row {row} should begin {want[:n]}, got "
             f"{out[row, :n].tolist()}. Does every step use the causal mask and src_mask = padding_mask(src, pad)?")
 
 
-def check_greedy_decode_stopping(greedy_decode, TableModel, random_table, copy_table, stopping_problem, GREEDY_HINT):
-    """The hidden tests of `test_greedy_decode_stopping`."""
-    for seed, vocab_size, max_len, (pad, bos, eos) in [(0, 7, 12, (0, 1, 2)), (5, 7, 4, (0, 1, 2)), (6, 9, 30, (0, 1, 2)),
-                                                       (3, 8, 10, (5, 7, 0)), (7, 6, 3, (4, 2, 5)), (8, 7, 2, (0, 1, 2)),
-                                                       (9, 5, 40, (0, 1, 2)), (10, 7, 1, (0, 1, 2))]:
-        _, model, _, src = random_batch(TableModel, random_table, seed, vocab_size, (pad, bos, eos), 4)
-        what = f"greedy_decode(model, src [4, 4], max_len={max_len}, bos_idx={bos}, eos_idx={eos})"
-        out = call(lambda: greedy_decode(model, src, max_len, bos, eos), what, GREEDY_HINT)
-        problem = stopping_problem(out, max_len, eos, pad)
+def check_greedy_decode_stopping(found):
+    """The hidden tests of `test_greedy_decode_stopping` (found: probes.runs of probes.greedy_stopping_cases())."""
+    results = paired(probes.greedy_stopping_cases(), found)
+    for case, result in results["random"]:
+        what = f"greedy_decode(model, src [4, 4], max_len={case.max_len}, bos_idx={case.bos}, eos_idx={case.eos})"
+        out = outcome(result["out"], what, GREEDY_HINT)
+        problem = stopping_problem(out, case.max_len, case.eos, case.pad)
         assert problem is None, f"{what} = {out.tolist()}: {problem}"
-    model = TableModel(9, copy_table(9))
-    for src in (torch.tensor([[3, 4], [5, 6], [7, 8]]), torch.tensor([[4, 4, 4, 4, 4]])):
-        out = call(lambda: greedy_decode(model, src, 30, 1, 2), "greedy_decode(copy_model, ...)", GREEDY_HINT)
+    for case, result in results["copy"]:
+        out = outcome(result["out"], "greedy_decode(copy_model, ...)", GREEDY_HINT)
         problem = stopping_problem(out, 30, 2, 0)
-        assert problem is None, f"greedy_decode(copy_model, {src.tolist()}, max_len=30, 1, 2) = {out.tolist()}: {problem}"
+        assert problem is None, (f"greedy_decode(copy_model, {case.src.tolist()}, max_len=30, 1, 2) = {out.tolist()}: "
+                                 f"{problem}")
 
 
-def check_beam_search_basics(beam_search, TableModel, random_table, BEAM_HINT, namespace):
-    """The hidden tests of `test_beam_search_basics`."""
-    with testing.substituted(namespace, greedy_decode=course.decoding.greedy_decode):
-        # beam_size=1 is greedy decoding
-        for seed, vocab_size, max_len, (pad, bos, eos) in [(0, 7, 8, (0, 1, 2)), (1, 6, 12, (0, 1, 2)),
-                                                           (2, 8, 6, (5, 7, 0)), (3, 7, 3, (0, 1, 2))]:
-            table = random_table(vocab_size, seed, pad_idx=pad, bos_idx=bos, eos_idx=eos)
-            model = TableModel(vocab_size, table, pad_idx=pad)
-            words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
-            src = torch.tensor([words[:3] + [pad]])
-            what = f"beam_search(model, src, beam_size=1, max_len={max_len}, bos_idx={bos}, eos_idx={eos})"
-            got = as_id_list(call(lambda: beam_search(model, src, 1, max_len, bos, eos), what, BEAM_HINT), what)
-            expected = greedy_rows(table, [words[:3]], max_len, bos, eos)[0]
-            assert got[:1] == [bos], f"{what} returned {got}: the hypothesis starts with bos_idx={bos}"
-            assert len(got) <= max_len, f"{what} returned {len(got)} ids, more than max_len={max_len} (<bos> included)"
-            assert eos not in got[1:-1], f"{what} returned {got}: it goes on after <eos>"
-            assert not model.mask_problems, f"{what}: the model saw wrong masks: " + "; ".join(sorted(model.mask_problems))
-            assert got == expected, f"{what} returned {got}; with beam_size=1 beam search is greedy decoding: {expected}"
-        # max_len=1: only <bos>
-        model = TableModel(7, random_table(7, 9))
-        got = as_id_list(call(lambda: beam_search(model, torch.tensor([[3, 4]]), 3, 1, 1, 2), "beam_search(..., max_len=1)",
-                              BEAM_HINT), "beam_search(..., max_len=1)")
-        assert got == [1], f"beam_search(..., max_len=1) returned {got}: with room for one id the answer is [bos_idx]"
+def check_beam_search_basics(found):
+    """The hidden tests of `test_beam_search_basics` (found: probes.runs of probes.beam_basics_cases())."""
+    results = paired(probes.beam_basics_cases(), found)
+    # beam_size=1 is greedy decoding
+    for case, result in results[:-1]:
+        bos, eos, max_len = case.bos, case.eos, case.max_len
+        what = f"beam_search(model, src, beam_size=1, max_len={max_len}, bos_idx={bos}, eos_idx={eos})"
+        got = as_id_list(outcome(result["out"], what, BEAM_HINT), what)
+        expected = greedy_rows(case.table, unpadded(case.src, case.pad), max_len, bos, eos)[0]
+        assert got[:1] == [bos], f"{what} returned {got}: the hypothesis starts with bos_idx={bos}"
+        assert len(got) <= max_len, f"{what} returned {len(got)} ids, more than max_len={max_len} (<bos> included)"
+        assert eos not in got[1:-1], f"{what} returned {got}: it goes on after <eos>"
+        saw_no_wrong_masks(result, what)
+        assert got == expected, f"{what} returned {got}; with beam_size=1 beam search is greedy decoding: {expected}"
+    # max_len=1: only <bos>
+    got = as_id_list(outcome(results[-1][1]["out"], "beam_search(..., max_len=1)", BEAM_HINT), "beam_search(..., max_len=1)")
+    assert got == [1], f"beam_search(..., max_len=1) returned {got}: with room for one id the answer is [bos_idx]"
 
 
-def check_beam_search_search(beam_search, TableModel, random_table, early_end_table, short_or_long_table, BEAM_HINT,
-                             namespace):
-    """The hidden tests of `test_beam_search_search`."""
-    searches = stand_ins(short_or_long_table, early_end_table)
-    with testing.substituted(namespace, greedy_decode=course.decoding.greedy_decode):
-        # The contract's search on random tables, step by step.
-        for seed, vocab_size, beam_size, max_len, alpha in [(0, 6, 2, 6, 0.6), (1, 6, 3, 6, 0.6), (2, 7, 4, 7, 0.6),
-                                                            (3, 6, 5, 5, 1.0), (4, 8, 3, 8, 0.0), (5, 6, 2, 7, 2.0),
-                                                            (6, 6, 8, 5, 0.6)]:
-            table = random_table(vocab_size, seed)
-            model = TableModel(vocab_size, table)
-            check_beam(beam_search, model, table, torch.tensor([[3, 4, 5, 0]]), beam_size, max_len, 1, 2, alpha, vocab_size, searches=searches)
-        # Where greedy decoding misses the best hypothesis (found by brute force over all of them), a beam of 4 finds it.
-        for seed in (1, 2, 10, 36):
-            table = random_table(6, seed)
-            model = TableModel(6, table)
-            best = max((ids for n in range(2, 6) for ids in ([1] + list(body) for body in itertools.product([2, 3, 4, 5], repeat=n - 1))
-                        if 2 not in ids[1:-1] and (ids[-1] == 2 or len(ids) == 5)),
-                       key=lambda ids: penalised(total_log_prob(table, (3, 4, 5), ids), ids, 0.6))
-            what = f"beam_search(model, src, beam_size=4, max_len=5) with random_table(6, seed={seed})"
-            got = as_id_list(call(lambda: beam_search(model, torch.tensor([[3, 4, 5]]), 4, 5, 1, 2), what, BEAM_HINT), what)
-            if got != best:
-                check_beam(beam_search, model, table, torch.tensor([[3, 4, 5]]), 4, 5, 1, 2, 0.6, 6, what, searches=searches)
-                raise AssertionError(f"{what} returned {got}; the best hypothesis (by brute force) is {best}")
-        # Finished hypotheses are kept: <eos> at once wins for every beam size.
-        model = TableModel(6, early_end_table)
-        for beam_size in (2, 4, 6):
-            check_beam(beam_search, model, early_end_table, torch.tensor([[3]]), beam_size, 8, 1, 2, 0.6, 6, searches=searches)
-        # <eos> is the best first step, yet a longer hypothesis wins with the penalty: the search must go on.
-        def eos_first_table(source, prefix, vocab_size=5):
-            probs = [1e-6] * vocab_size
-            probs[2], probs[3] = (0.5, 0.45) if len(prefix) == 1 else (0.99, 0.01) if len(prefix) >= 4 else (0.01, 0.99)
-            return [math.log(p) for p in probs]
-        model = TableModel(5, eos_first_table)
-        check_beam(beam_search, model, eos_first_table, torch.tensor([[3]]), 2, 8, 1, 2, 0.6, 5, searches=searches)
-        # Other special ids, and padding in the source.
-        table = random_table(8, 11, pad_idx=5, bos_idx=7, eos_idx=0)
-        model = TableModel(8, table, pad_idx=5)
-        check_beam(beam_search, model, table, torch.tensor([[3, 4, 6, 5, 5]]), 3, 7, 7, 0, 0.6, 8, searches=searches)
+def best_by_brute_force(table):
+    """The best hypothesis of at most 5 ids over the words 2 to 5 of a 6-word table (source [3, 4, 5]), alpha 0.6."""
+    return max((ids for n in range(2, 6) for ids in ([1] + list(body) for body in itertools.product([2, 3, 4, 5], repeat=n - 1))
+                if 2 not in ids[1:-1] and (ids[-1] == 2 or len(ids) == 5)),
+               key=lambda ids: penalised(total_log_prob(table, (3, 4, 5), ids), ids, 0.6))
 
 
-def check_beam_search_length_penalty(beam_search, TableModel, random_table, short_or_long_table, early_end_table,
-                                     namespace):
-    """The hidden tests of `test_beam_search_length_penalty`."""
-    searches = stand_ins(short_or_long_table, early_end_table)
-    with testing.substituted(namespace, greedy_decode=course.decoding.greedy_decode):
-        model = TableModel(5, n_trap_table)
-        check_beam(beam_search, model, n_trap_table, torch.tensor([[3]]), 2, 10, 1, 2, 0.6, 5, searches=searches)
-        for alpha in (0.0, 0.3, 1.0, 2.0):
-            model = TableModel(5, short_or_long_table)
-            check_beam(beam_search, model, short_or_long_table, torch.tensor([[3]]), 2, 10, 1, 2, alpha, 5, searches=searches)
-        for seed, alpha in [(12, 0.0), (13, 1.5), (14, 3.0), (15, 0.6)]:
-            table = random_table(6, seed, eos_bias=0.3)
-            model = TableModel(6, table)
-            check_beam(beam_search, model, table, torch.tensor([[3, 4]]), 3, 7, 1, 2, alpha, 6, searches=searches)
+def check_beam_search_search(found):
+    """The hidden tests of `test_beam_search_search` (found: probes.beam_probe of probes.beam_search_cases())."""
+    results, stand_ins = paired(probes.beam_search_cases(), found["cases"]), found["stand_ins"]
+    # The contract's search on random tables, step by step.
+    for case, result in results["random"]:
+        check_beam(case, result, stand_ins=stand_ins)
+    # Where greedy decoding misses the best hypothesis (found by brute force over all of them), a beam of 4 finds it:
+    # each table was searched twice, with the default length_penalty and with 0.6 given.
+    brute_force = results["brute_force"]
+    for seed, (case, result), (given, given_result) in zip(probes.BRUTE_FORCE_SEEDS, brute_force[::2], brute_force[1::2]):
+        best = best_by_brute_force(case.table)
+        what = f"beam_search(model, src, beam_size=4, max_len=5) with random_table(6, seed={seed})"
+        got = as_id_list(outcome(result["out"], what, BEAM_HINT), what)
+        if got != best:
+            check_beam(given, given_result, what, stand_ins=stand_ins)
+            raise AssertionError(f"{what} returned {got}; the best hypothesis (by brute force) is {best}")
+    # Finished hypotheses are kept: <eos> at once wins for every beam size; <eos> is the best first step, yet a
+    # longer hypothesis wins with the penalty: the search must go on; other special ids, and padding in the source.
+    for name in ("early_end", "eos_first", "specials"):
+        for case, result in results[name]:
+            check_beam(case, result, stand_ins=stand_ins)
+
+
+def check_beam_search_length_penalty(found):
+    """The hidden tests of `test_beam_search_length_penalty` (found: probes.beam_probe of probes.beam_penalty_cases())."""
+    for case, result in paired(probes.beam_penalty_cases(), found["cases"]):
+        check_beam(case, result, stand_ins=found["stand_ins"])
+
+
+def check_bleu_cases(corpus_bleu, cases):
+    for args, what in cases:
+        check_bleu(corpus_bleu, *args[:2], what, *args[2:])
 
 
 def check_corpus_bleu_values(corpus_bleu):
-    """The hidden tests of `test_corpus_bleu_values`."""
-    for seed in range(12):
-        generator = random.Random(seed)
-        words = [f"w{i}" for i in range(generator.choice([3, 5, 8]))]
-        n_sentences = generator.randint(1, 6)
-        def sentence():
-            return [generator.choice(words) for _ in range(generator.randint(4, 14))]
-        hypotheses = [sentence() for _ in range(n_sentences)]
-        references = [sentence() for _ in range(n_sentences)]
-        check_bleu(corpus_bleu, hypotheses, references, f"corpus_bleu of random corpus {seed} ({n_sentences} sentences)")
-    references = [s.split() for s in ["a man in a blue shirt is standing on a ladder .",
-                                      "two young girls are playing in the sand at the beach .",
-                                      "a dog runs through the grass with a ball in its mouth ."]]
-    longer = [s.split() for s in ["a man in a blue shirt is standing on a tall ladder cleaning a window .",
-                                  "two young girls are playing together in the sand at the beach .",
-                                  "a brown dog runs through the green grass with a ball in its mouth ."]]
-    shorter = [s.split() for s in ["a man in a blue shirt is on a ladder .", "two girls playing in the sand .",
-                                   "a dog runs with a ball ."]]
-    check_bleu(corpus_bleu, longer, references, "corpus_bleu(hypotheses longer than their references, references)")
-    check_bleu(corpus_bleu, shorter, references, "corpus_bleu(hypotheses shorter than their references, references)")
+    """The hidden tests of `test_corpus_bleu_values` (in a judge, corpus_bleu replays probes.bleu_results)."""
+    check_bleu_cases(corpus_bleu, probes.bleu_value_cases())
 
 
 def check_corpus_bleu_parts(corpus_bleu):
     """The hidden tests of `test_corpus_bleu_parts`."""
-    check_bleu(corpus_bleu, [["the", "the", "the", "cat", "the", "the", "cat", "sat"], ["a", "b", "c", "d", "e"]],
-               [["the", "cat", "sat", "on", "the", "mat"], ["a", "b", "c", "d", "e"]], "corpus_bleu with repeated n-grams")
-    check_bleu(corpus_bleu, [["a", "a", "a", "a", "a", "a"]], [["a", "a", "a", "b", "a", "a", "a"]], "corpus_bleu(['a a a a a a'], ['a a a b a a a'])",
-               max_n=2)
-    hypotheses = [["a", "b", "c", "d", "e", "f", "g", "h"], ["x", "y", "z", "q"], ["p", "q", "r", "s", "t"]]
-    references = [["a", "b", "c", "d", "e", "f", "g", "h", "i"], ["x", "y", "w", "q", "r"], ["p", "q", "r", "s", "t", "u"]]
-    check_bleu(corpus_bleu, hypotheses, references, "corpus_bleu of three sentences, one without any 4-gram match")
-    check_bleu(corpus_bleu, [["a", "b", "c", "d", "e", "f", "g", "h"], ["x", "y", "z", "w"]],
-               [["a", "b", "c", "d", "e", "f"], ["x", "y", "z", "w", "v"]], "corpus_bleu with c > r but one short hypothesis")
-    check_bleu(corpus_bleu, [["a", "b", "c", "d", "e"], ["x", "y", "z", "w", "v", "u"]],
-               [["a", "b", "c", "d", "e", "f", "g"], ["x", "y", "z", "w", "v", "u"]], "corpus_bleu with c < r")
-    check_bleu(corpus_bleu, [["a", "b", "c", "d", "e"], ["f", "g", "h", "i", "j"]], [["a", "b", "c", "x", "e"], ["f", "g", "y", "i", "j"]],
-               "corpus_bleu with unequal precisions", max_n=2)
-    check_bleu(corpus_bleu, [["a", "b", "c", "d"], ["e", "f", "g", "h"]], [["a", "b", "c", "d", "e", "f"], ["g", "h"]],
-               "corpus_bleu where n-grams across the sentence boundary would match")
+    check_bleu_cases(corpus_bleu, probes.bleu_part_cases())
 
 
 def check_corpus_bleu_edge_cases(corpus_bleu):
     """The hidden tests of `test_corpus_bleu_edge_cases`."""
-    reference = ["a", "man", "rides", "a", "horse", "."]
-    check_bleu(corpus_bleu, [[]], [reference], "corpus_bleu([[]], [reference]) (an empty hypothesis)")
-    check_bleu(corpus_bleu, [[], []], [reference, reference], "corpus_bleu of two empty hypotheses")
-    check_bleu(corpus_bleu, [[], reference], [reference, reference], "corpus_bleu(one empty and one perfect hypothesis)")
-    check_bleu(corpus_bleu, [["a", "man"]], [reference], "corpus_bleu of a hypothesis shorter than 4 tokens")
-    check_bleu(corpus_bleu, [["a", "x", "man", "y", "rides"]], [reference], "corpus_bleu with no bigram match")
-    check_bleu(corpus_bleu, [["horse", "a", "rides", "man", "a"]], [reference], "corpus_bleu of a shuffled hypothesis")
-    check_bleu(corpus_bleu, [["a", "man", "rides", "a", "horse"]], [reference], "corpus_bleu(..., max_n=2)", max_n=2)
-    check_bleu(corpus_bleu, [["a", "man", "x", "a", "horse", "."]], [reference], "corpus_bleu(..., max_n=1)", max_n=1)
-    check_bleu(corpus_bleu, [["a", "man", "rides", "a", "horse", ".", "."]], [reference], "corpus_bleu(..., max_n=3)", max_n=3)
-    check_bleu(corpus_bleu, [reference], [[]], "corpus_bleu against an empty reference")
+    check_bleu_cases(corpus_bleu, probes.bleu_edge_cases())
 
 
 _BEAM = (log_probs, total_log_prob, penalised, reference_beam, logits_table, beam_mistakes)

@@ -5,11 +5,15 @@ The expected values come from PyTorch's F.layer_norm in float64 (and autograd th
 gradients), and from the feed-forward formula written out in float64 with the student's own weights and
 PyTorch's dropout drawn from the same random numbers. Neither is the course's solution
 (transformer_course.layers). Standardisation written out here computes what the known mistakes compute, so
-that a message can name the mistake. Every check takes what the student's module returned, and the module.
+that a message can name the mistake. Every check takes what the student's module returned (the data its probe
+sent, in notebook 05's judged test cells) and what the module held: its weights (the module itself, or
+``feed_forward_with`` of the weights the probe copied into it) or its gradients.
 
 The functions that compute an answer (the standardisation, the feed-forward network) are helpers of their
 exercise in own_work's table: during its tests an answer that calls them is refused.
 """
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
 
@@ -93,32 +97,41 @@ def check_affine(out, x, gamma, beta, eps, what):
     })
 
 
-def check_gradients(norm, x, upstream, eps):
-    """The gradients that (norm(x) * upstream).sum().backward() left in x and in norm's gamma and beta
-    against autograd through PyTorch's layer norm in float64."""
+def check_gradients(grads, x, upstream, gamma, beta, eps):
+    """The gradients that (norm(x) * upstream).sum().backward() left in x and in the gamma and beta of a
+    LayerNorm holding ``gamma`` and ``beta`` (``grads``: {"x", "gamma", "beta"}, None where none arrived,
+    as probes.layer_norm.gradients records them) against autograd through PyTorch's layer norm in float64."""
     d = x.shape[-1]
     x64 = x.detach().double().requires_grad_()
-    g64 = norm.gamma.detach().double().requires_grad_()
-    b64 = norm.beta.detach().double().requires_grad_()
+    g64 = gamma.detach().double().requires_grad_()
+    b64 = beta.detach().double().requires_grad_()
     (F.layer_norm(x64, (d,), g64, b64, eps) * upstream.double()).sum().backward()
     # What x's gradient would be if the mean and variance were treated as constants.
     x_d = x.detach().double()
     var = x_d.var(dim=-1, unbiased=False, keepdim=True)
     detached = g64.detach() * upstream.double() / (var + eps).sqrt()
     what = f"LayerNorm({d}, eps={eps}): the gradient"
-    assert x.grad is not None, f"{what} with respect to x is missing: is the output detached from x?"
-    testing.assert_close(x.grad, x64.grad, f"{what} with respect to x", atol=1e-4, rtol=1e-3, mistakes={
+    assert grads["x"] is not None, f"{what} with respect to x is missing: is the output detached from x?"
+    testing.assert_close(grads["x"], x64.grad, f"{what} with respect to x", atol=1e-4, rtol=1e-3, mistakes={
         "the mean and variance were treated as constants (detached, or computed under torch.no_grad()): "
         "they depend on x and must stay in the autograd graph": detached,
     })
-    assert norm.gamma.grad is not None and norm.beta.grad is not None, f"{what} reached neither gamma nor beta"
-    testing.assert_close(norm.gamma.grad, g64.grad, f"{what} with respect to gamma", atol=1e-4, rtol=1e-3)
-    testing.assert_close(norm.beta.grad, b64.grad, f"{what} with respect to beta", atol=1e-4, rtol=1e-3)
+    assert grads["gamma"] is not None and grads["beta"] is not None, f"{what} reached neither gamma nor beta"
+    testing.assert_close(grads["gamma"], g64.grad, f"{what} with respect to gamma", atol=1e-4, rtol=1e-3)
+    testing.assert_close(grads["beta"], b64.grad, f"{what} with respect to beta", atol=1e-4, rtol=1e-3)
+
+
+def feed_forward_with(weights):
+    """A stand-in for a PositionwiseFeedForward holding ``weights`` ({"linear1.weight": tensor, ...}, the
+    weights a probe copied into the student's module): the checks below read ``.linear1.weight`` and the like
+    of it as they read a module's."""
+    return SimpleNamespace(**{name: SimpleNamespace(weight=weights[f"{name}.weight"], bias=weights[f"{name}.bias"])
+                              for name in ("linear1", "linear2")})
 
 
 def _network(ffn, x, *, activation=torch.relu, hidden_mask=None, relu_after=False):
-    """linear2(activation(linear1(x)) * hidden_mask) in float64 with the module's own weights; the keyword
-    arguments build what common mistakes produce."""
+    """linear2(activation(linear1(x)) * hidden_mask) in float64 with the weights of ``ffn`` (a module, or
+    ``feed_forward_with`` of its weights); the keyword arguments build what common mistakes produce."""
     w1, b1 = ffn.linear1.weight.detach().double(), ffn.linear1.bias.detach().double()
     w2, b2 = ffn.linear2.weight.detach().double(), ffn.linear2.bias.detach().double()
     hidden = x.detach().double() @ w1.T + b1

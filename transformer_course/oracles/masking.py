@@ -13,6 +13,7 @@ its tests an answer that calls them is refused.
 import torch
 
 from .. import testing
+from ..probing import returned
 
 
 def _padding_table(tokens, pad_idx, rule=lambda real, t, count: real):
@@ -101,6 +102,14 @@ def check_target_values(answer, tokens, pad_idx):
         "masked even there, and a row with no key left stays all False":
             table(lambda qr, kr, i, j: (kr and j <= i) or i == j),
     })
+
+
+def returned_mask(facts, what):
+    """What probes.masking.mask_facts sent of one call of the student's function, checked to be a tensor:
+    the dict of its device ("device", "device_type"), "shape", "dtype" and "values" (None on 'meta')."""
+    facts = returned(facts, what)
+    assert facts["tensor"], f"{what} should return a torch.Tensor, got {facts['type']}"
+    return facts
 
 
 ANSWER_HELPERS = {"padding_mask": (_padding_table,), "causal_mask": (_causal_table,),

@@ -3,37 +3,23 @@
 The expected values come from PyTorch's nn.MultiheadAttention holding the student's weights, and a float64
 formula written out here with einsum, which also computes what the known mistakes compute so that a message
 can name the mistake. Neither is the course's solution (transformer_course.attention). The student's module
-runs with the course's finished split_heads, merge_heads and scaled_dot_product_attention put in the
-notebook's namespace (``namespace``, its globals()), so that a mistake in those costs points in their own
-tests only.
+runs in the kernel (probes.multi_head), with the course's finished split_heads, merge_heads and
+scaled_dot_product_attention in the notebook's namespace and weights drawn from a seed; the checks here take
+what it returned, and ``mha``, a module that holds the same weights (probes.multi_head.stand_in, or the
+student's module itself in tests/test_components.py).
 
 The functions that compute a MultiHeadAttention's output (PyTorch's module with the student's weights, the
 formula) are helpers of MultiHeadAttention in own_work's table: during its tests an answer that calls them is
 refused.
 """
-import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import attention as finished
 from .. import testing
-
-
-@contextlib.contextmanager
-def finished_parts(namespace):
-    """The course's finished split_heads, merge_heads and scaled_dot_product_attention in the notebook."""
-    with testing.substituted(namespace, split_heads=finished.split_heads, merge_heads=finished.merge_heads,
-                             scaled_dot_product_attention=finished.scaled_dot_product_attention):
-        yield
-
-
-def make(namespace, answer, d_model, n_heads, dropout=0.0):
-    """The student's class ``answer`` built with the finished parts in place."""
-    with finished_parts(namespace):
-        return answer(d_model, n_heads, dropout=dropout)
+from ..probing import Raised, returned
 
 
 @torch.no_grad()
@@ -51,7 +37,7 @@ def _torch_mha(m, n_heads, dropout=0.0, dtype=torch.float64):
     """PyTorch's nn.MultiheadAttention holding the student's weights (in_proj = w_q, w_k, w_v stacked)."""
     ref = nn.MultiheadAttention(m.w_q.weight.shape[1], n_heads, dropout=dropout, batch_first=True, dtype=dtype)
     copy_weights(m, ref)
-    return ref.train(m.training)
+    return ref.train(dropout > 0)
 
 
 def _expected(m, n_heads, query, key, value, mask=None, dropout=0.0, dtype=torch.float64, ref=None):
@@ -122,21 +108,18 @@ def compare(actual, expected, what, valid=None, mistakes=None, atol=2e-5):
     testing.assert_close(actual, expected, what, atol=atol, rtol=1e-4, mistakes=mistakes)
 
 
-def call(namespace, mha, what, query, key, value, mask=None):
-    """The student's forward; an error becomes a message that names the call and the likely cause."""
-    try:
-        with finished_parts(namespace):
-            return mha(query, key, value, mask)
-    except Exception as error:
-        if isinstance(error, NotImplementedError):
-            raise
-        raise AssertionError(f"{what} raised {type(error).__name__}: {error}.{_shape_hint(error, query, key, mask)}"
-                             ) from None
+def output(found, what, query, key, mask=None):
+    """What the probe recorded of the student's forward; an exception becomes a message that names the call and
+    the likely cause."""
+    if isinstance(found, Raised) and found.type_name != "NotImplementedError":
+        raise AssertionError(f"{what} raised {found.type_name}: {found.message}."
+                             f"{_shape_hint(found, query, key, mask)}")
+    return returned(found, what)
 
 
 def _shape_hint(error, query, key, mask):
     """The likely causes of a shape error in this call ("" for other errors: a hint would mislead)."""
-    if not isinstance(error, (RuntimeError, ValueError)) or not any(w in str(error) for w in ("size", "shape", "dimension")):
+    if error.type_name not in ("RuntimeError", "ValueError") or not any(w in error.message for w in ("size", "shape", "dimension")):
         return ""
     hint = ""
     if mask is not None:
@@ -153,11 +136,10 @@ def check_output(out, mha, n_heads, what, *args, mask=None, atol=2e-5):
     compare(out, _expected(mha, n_heads, *args, mask)[0], what, atol=atol)
 
 
-def check_values(namespace, mha, n_heads, what, query, key, value):
+def check_values(out, mha, n_heads, what, query, key, value):
     """Eval mode, no mask: the output against nn.MultiheadAttention, with the mistakes of the formula named."""
     args = (query, key, value)
     d_model = query.shape[-1]
-    out = call(namespace, mha, what, *args)
     expected, _ = _expected(mha, n_heads, *args)
     testing.check_tensor(out, what, dtype=torch.float32)
     compare(out, expected, what, mistakes={
@@ -177,10 +159,9 @@ def check_values(namespace, mha, n_heads, what, query, key, value):
     })
 
 
-def check_mask(namespace, mha, n_heads, what, args, mask):
+def check_mask(out, mha, n_heads, what, args, mask):
     """Eval mode with ``mask``: rows with a key to attend to against nn.MultiheadAttention, the others finite."""
     batch, q_rows = args[0].shape[0], args[0].shape[1]
-    out = call(namespace, mha, what, *args, mask)
     full = mask.expand(batch, n_heads, q_rows, args[1].shape[1])
     valid = full.any(-1).all(1)[..., None]               # [B, Tq, 1]: rows with a key in every head
     expected, _ = _expected(mha, n_heads, *args, mask)
@@ -195,30 +176,29 @@ def check_mask(namespace, mha, n_heads, what, args, mask):
     })
 
 
-def check_attn(namespace, mha, n_heads, p, what, query, key, value, mask):
-    """`attn` after a forward in eval mode, then after one in train mode (dropout ``p``) on new queries: the
-    per-head weights before dropout (nn.MultiheadAttention returns them after dropout, which names that mistake)."""
+def check_attn(found, mha, n_heads, p, what, query, key, value, mask, train_query):
+    """`attn` after a forward in eval mode, then after one in train mode (dropout ``p``, the random numbers of seed 7)
+    on ``train_query``, from what probes.multi_head.attn_calls recorded: the per-head weights before dropout
+    (nn.MultiheadAttention returns them after dropout, which names that mistake)."""
     batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
-    call(namespace, mha, what.replace("attn after ", ""), query, key, value, mask)
-    assert isinstance(mha.attn, torch.Tensor), "`attn` should hold the attention weights of the last forward"
-    if list(mha.attn.shape) == [batch, q_len, k_len] and n_heads > 1:
+    output(found["eval"], what.replace("attn after ", ""), query, key, mask)
+    attn = found["attn"]
+    assert isinstance(attn, torch.Tensor), "`attn` should hold the attention weights of the last forward"
+    if list(attn.shape) == [batch, q_len, k_len] and n_heads > 1:
         raise AssertionError(f"{what} has shape {[batch, q_len, k_len]}: the weights are averaged over the heads; "
                              f"keep one map per head [B, H, Tq, Tk]")
     _, weights = _expected(mha, n_heads, query, key, value, mask)
-    compare(mha.attn, weights, what, mistakes={
+    compare(attn, weights, what, mistakes={
         "the weights of the scores divided by sqrt(d_model); each head divides by sqrt(d_k)":
             _explicit(mha, n_heads, query, key, value, mask, scale=query.shape[-1])[1],
         "the weights ignore the mask": _explicit(mha, n_heads, query, key, value)[1],
     })
-    query = torch.randn(batch, q_len, query.shape[-1])
-    _, weights = _expected(mha, n_heads, query, key, value, mask)
-    mha.train()
-    with testing.same_random_numbers(7):
-        call(namespace, mha, what.replace("attn after ", "") + " in train mode", query, key, value, mask)
+    _, weights = _expected(mha, n_heads, train_query, key, value, mask)
+    output(found["train"], what.replace("attn after ", "") + " in train mode", train_query, key, mask)
     ref = _torch_mha(mha, n_heads, dropout=p, dtype=torch.float32)
     with testing.same_random_numbers(7):
-        _, dropped = _expected(mha, n_heads, query, key, value, mask, ref=ref)
-    compare(mha.attn, weights, what + " in train mode", mistakes={
+        _, dropped = _expected(mha, n_heads, train_query, key, value, mask, ref=ref)
+    compare(found["train_attn"], weights, what + " in train mode", mistakes={
         "attn was stored after dropout; keep the weights before dropout": dropped})
 
 

@@ -4,46 +4,45 @@ The expected values come from independent computations: a vocabulary counted wit
 PyTorch's F.cross_entropy with label_smoothing in float64, the learning-rate formula's two branches written
 out, and a training step made of PyTorch's own calls (F.cross_entropy, clip_grad_norm_, the optimizer and the
 scheduler); never the course's solution (transformer_course.data, transformer_course.training). The model a
-step trains is the course's finished Transformer, the notebook's. Every check takes the student's function,
-and the notebook's namespace where the test watches or replaces a name the student's code looks up.
+step trains is the course's finished Transformer, the notebook's.
+
+The checks run in the grader's process, on the data the tests' probes sent from the kernel
+(transformer_course/probes/training.py, which also builds the inputs both sides share): the facts of the
+student's vocabularies, the losses, gradients and parameters after the student's training steps. The checks of
+label_smoothing_loss's values and of noam_lr take the student's function, or its calls replayed
+(probing.replayed).
 
 The functions that compute an exercise's answer are helpers of that exercise in own_work's table: during its
 tests an answer that calls them is refused.
 """
 import copy
 import math
-import random
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import transformer_course as course
-
 from .. import testing
-from ..model import Transformer
+from ..probes import training as probes
+from ..probes.training import batch, no_builtin_smoothing, params, tiny_model  # noqa: F401  (shared with the probes)
+from ..probing import Raised, returned
 
-NO_BUILTIN = ("label_smoothing_loss calls F.cross_entropy(..., label_smoothing=...) (or nn.CrossEntropyLoss with "
-              "label_smoothing): the exercise is to write it yourself, from log_softmax")
 
-
-def vocab_call(build_vocab, sentences, what, **kwargs):
-    """The student's vocabulary; errors become messages that say where to look."""
-    try:
-        vocab = build_vocab(sentences, **kwargs)
-    except NotImplementedError:
-        raise
-    except ValueError as error:
-        if "twice" in str(error):
-            raise AssertionError(f"{what} failed: {error}. A special token that also occurs in the sentences "
-                                 "was added a second time: leave the specials out when you add the frequent tokens") from None
-        raise AssertionError(f"{what} failed with ValueError: {error}") from None
-    except (TypeError, AttributeError, KeyError) as error:
-        raise AssertionError(f"{what} failed with {type(error).__name__}: {error}. sentences is an iterable of "
-                             "token lists (maybe a generator, which has no len() and can be read once)") from None
+def vocab_checked(facts, what):
+    """The facts of the student's vocabulary (probes.vocab_facts); errors become messages that say where to look."""
+    raised = facts.get("raised")
+    if isinstance(raised, Raised) and raised.type_name == "ValueError":
+        if "twice" in raised.message:
+            raise AssertionError(f"{what} failed: {raised.first_line}. A special token that also occurs in the sentences "
+                                 "was added a second time: leave the specials out when you add the frequent tokens")
+        raise AssertionError(f"{what} failed with ValueError: {raised.first_line}")
+    if isinstance(raised, Raised) and raised.type_name in ("TypeError", "AttributeError", "KeyError"):
+        raise AssertionError(f"{what} failed with {raised.type_name}: {raised.first_line}. sentences is an iterable of "
+                             "token lists (maybe a generator, which has no len() and can be read once)")
+    returned(raised, what)
     for attribute in ("itos", "stoi", "encode", "decode"):
-        assert hasattr(vocab, attribute), f"{what} has no `{attribute}`: return Vocab(itos)"
-    return vocab
+        assert facts["has"][attribute], f"{what} has no `{attribute}`: return Vocab(itos)"
+    return facts
 
 
 def oracle_itos(sentences, min_freq, specials):
@@ -98,9 +97,9 @@ def itos_mistake(itos, sentences, min_freq, specials):
     return None
 
 
-def assert_itos(vocab, sentences, min_freq, specials, what):
+def assert_itos(facts, sentences, min_freq, specials, what):
     expected = oracle_itos(sentences, min_freq, specials)
-    itos = list(vocab.itos)
+    itos = returned(facts["itos"], f"{what}.itos")
     if itos != expected:
         mistake = itos_mistake(itos, sentences, min_freq, specials)
         if mistake:
@@ -109,22 +108,13 @@ def assert_itos(vocab, sentences, min_freq, specials, what):
                              f"got {len(itos)} starting {itos[:12]}")
 
 
-def _uses_builtin(*args, **kwargs):
-    return bool(kwargs.get("label_smoothing", args[7] if len(args) > 7 else 0.0))
-
-
-def no_builtin_smoothing(namespace):
-    """Within the block, F.cross_entropy(..., label_smoothing=...) fails the test: the exercise is to write it."""
-    return testing.forbidden(namespace, torch.nn.functional, "cross_entropy", NO_BUILTIN, when=_uses_builtin)
-
-
-def ls_call(label_smoothing_loss, namespace, logits, target, what, **kwargs):
-    with no_builtin_smoothing(namespace):
-        try:
-            return label_smoothing_loss(logits, target, **kwargs)
-        except (RuntimeError, IndexError) as error:
-            raise AssertionError(f"{what} failed with {type(error).__name__}: {error}. Ignored targets (e.g. -100) are "
-                                 "not valid indices: replace them before indexing, and leave them out of the mean") from None
+def ls_call(label_smoothing_loss, logits, target, what, **kwargs):
+    """The student's loss (called, or replayed from the probe, which forbade F.cross_entropy's smoothing)."""
+    try:
+        return label_smoothing_loss(logits, target, **kwargs)
+    except (RuntimeError, IndexError) as error:
+        raise AssertionError(f"{what} failed with {type(error).__name__}: {error}. Ignored targets (e.g. -100) are "
+                             "not valid indices: replace them before indexing, and leave them out of the mean") from None
 
 
 def smoothed(target, V, s, other=False, no_self=False):
@@ -175,6 +165,8 @@ def lr_call(noam_lr, step, d_model, warmup_steps, what, **kwargs):
         raise
     except (ZeroDivisionError, ValueError):
         raise AssertionError(f"{what} divides by zero: step 0 must count as step 1 (step = max(step, 1))") from None
+    if isinstance(value, dict) and set(value) == {"not_a_number"}:   # what probes.as_number sends
+        raise AssertionError(f"{what} returned {value['not_a_number']}: return a number")
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -213,37 +205,14 @@ def assert_lr(noam_lr, step, d_model, warmup_steps, factor=1.0):
         raise AssertionError(f"{what} is {got:.6g}, expected {expected:.6g}")
 
 
-def tiny_model(pad_idx=0, seed=0, src_vocab=11, tgt_vocab=13):
-    with testing.same_random_numbers(seed):
-        return Transformer(src_vocab, tgt_vocab, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                           d_ff=32, dropout=0.0, max_len=64, pad_idx=pad_idx)
-
-
-def batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
-    """src [B, S] and tgt [B, T] (<bos>=... anything but pad), padded at the end with pad_idx."""
-    generator = torch.Generator().manual_seed(seed)
-    src = torch.randint(0, src_vocab, (B, S), generator=generator)
-    tgt = torch.randint(0, tgt_vocab, (B, T), generator=generator)
-    src[src == pad_idx] = (pad_idx + 1) % src_vocab
-    tgt[tgt == pad_idx] = (pad_idx + 1) % tgt_vocab
-    if pad_idx != 0:
-        tgt[0, 2] = 0                    # id 0 is an ordinary token here
-    for b in range(1, B):
-        src[b, S - b:] = pad_idx
-        tgt[b, T - 2 * b:] = pad_idx
-    return src, tgt
-
-
-def step_call(train_step, namespace, what, *args, **kwargs):
-    with testing.substituted(namespace, label_smoothing_loss=course.training.label_smoothing_loss):
-        try:
-            return train_step(*args, **kwargs)
-        except NotImplementedError:
-            raise
-        except (RuntimeError, ValueError, IndexError) as error:
-            raise AssertionError(
-                f"{what} failed with {type(error).__name__}: {error}. The decoder reads tgt[:, :-1] and its logits "
-                "[B, T-1, V] are compared with tgt[:, 1:]; flatten both before the loss") from None
+def step_result(facts, what):
+    """The loss the student's train_step returned (probes.stepped); errors become messages that say where to look."""
+    loss = facts["loss"]
+    if isinstance(loss, Raised) and loss.type_name in ("RuntimeError", "ValueError", "IndexError"):
+        raise AssertionError(
+            f"{what} failed with {loss.type_name}: {loss.first_line}. The decoder reads tgt[:, :-1] and its logits "
+            "[B, T-1, V] are compared with tgt[:, 1:]; flatten both before the loss")
+    return returned(loss, what)
 
 
 def reference_loss(model, src, tgt, pad_idx, smoothing):
@@ -261,10 +230,6 @@ def reference_step(model, src, tgt, optimizer, scheduler, pad_idx, smoothing, cl
         scheduler.step()
     optimizer.zero_grad()
     return loss.item()
-
-
-def params(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 def loss_mistakes(model, src, tgt, pad_idx, smoothing):
@@ -286,155 +251,142 @@ def loss_mistakes(model, src, tgt, pad_idx, smoothing):
         }
 
 
-def check_build_vocab_order(build_vocab):
-    """The hidden tests of `test_build_vocab_order`."""
-    rng = random.Random(7)
-    words = [f"{a}{b}" for a in "zyxwvu" for b in "mlkji"]      # 30 words, listed in reverse alphabetical order
-    rng.shuffle(words)
-    for trial in range(6):
-        sentences = []
-        for _ in range(rng.randint(5, 40)):
-            sentences.append([rng.choice(words[: 5 + trial * 4]) for _ in range(rng.randint(0, 9))])
-        min_freq = [1, 2, 3, 2, 5, 2][trial]
+def check_build_vocab_order(found):
+    """The hidden tests of `test_build_vocab_order`, on probes.vocab_order_facts."""
+    corpora, small = probes.vocab_order_inputs()
+    for (sentences, min_freq), facts in zip(corpora, found["random"], strict=True):
         what = f"build_vocab(<{len(sentences)} random sentences>, min_freq={min_freq})"
-        assert_itos(vocab_call(build_vocab, sentences, what, min_freq=min_freq), sentences, min_freq, ["<pad>", "<unk>", "<bos>", "<eos>"], what)
-    sentences = [["b", "a", "b"], ["a", "c"], ["d"]]
-    assert_itos(vocab_call(build_vocab, sentences, "build_vocab(sentences)"), sentences, 2, ["<pad>", "<unk>", "<bos>", "<eos>"],
+        assert_itos(vocab_checked(facts, what), sentences, min_freq, probes.SPECIALS, what)
+    assert_itos(vocab_checked(found["default"], "build_vocab(sentences)"), small, 2, probes.SPECIALS,
                 "build_vocab(sentences) (default min_freq=2)")
-    gen_vocab = vocab_call(build_vocab, (s for s in sentences), "build_vocab(<a generator>)", min_freq=1)
-    assert_itos(gen_vocab, sentences, 1, ["<pad>", "<unk>", "<bos>", "<eos>"], "build_vocab(<a generator of token lists>, min_freq=1)")
-    empty = vocab_call(build_vocab, [], "build_vocab([])")
-    assert list(empty.itos) == ["<pad>", "<unk>", "<bos>", "<eos>"], \
-        f"build_vocab([]).itos should be the four specials alone, got {list(empty.itos)}"
+    gen_vocab = vocab_checked(found["generator"], "build_vocab(<a generator>)")
+    assert_itos(gen_vocab, small, 1, probes.SPECIALS, "build_vocab(<a generator of token lists>, min_freq=1)")
+    empty = returned(vocab_checked(found["empty"], "build_vocab([])")["itos"], "build_vocab([]).itos")
+    assert empty == list(probes.SPECIALS), f"build_vocab([]).itos should be the four specials alone, got {empty}"
 
 
-def check_build_vocab_specials(build_vocab):
-    """The hidden tests of `test_build_vocab_specials`."""
-    specials = ("<s>", "</s>", "<unk>", "<pad>", "<mask>")
-    sentences = [["x", "</s>", "y", "<mask>"], ["y", "</s>", "x", "z"], ["</s>", "y"]]
+def check_build_vocab_specials(found):
+    """The hidden tests of `test_build_vocab_specials`, on probes.vocab_specials_facts."""
+    specials, sentences, usual = probes.vocab_specials_inputs()
     what = f"build_vocab(sentences, min_freq=1, specials={specials})"
-    vocab = vocab_call(build_vocab, sentences, what, min_freq=1, specials=specials)
+    vocab = vocab_checked(found["other"], what)
     assert_itos(vocab, sentences, 1, specials, what)
-    assert len(vocab) == 8, f"len({what}) is {len(vocab)}, expected 8"
-    assert [vocab.stoi[t] for t in vocab.itos] == list(range(len(vocab))), f"{what}: stoi does not invert itos"
-    assert vocab.encode(["y", "w", "<mask>"]) == [5, 2, 4], \
-        f"{what}.encode(['y', 'w', '<mask>']) gave {vocab.encode(['y', 'w', '<mask>'])}, expected [5, 2, 4] (unknown -> <unk>, id 2)"
-    assert list(vocab.decode([5, 6, 0])) == ["y", "x", "<s>"], f"{what}.decode([5, 6, 0]) gave {list(vocab.decode([5, 6, 0]))}"
-    sentences = [["<pad>", "<eos>", "w"], ["<bos>", "<unk>", "w", "<eos>"]] * 2
+    itos, size = vocab["itos"], returned(vocab["len"], f"len({what})")
+    assert size == 8, f"len({what}) is {size}, expected 8"
+    stoi = returned(vocab["stoi"], f"{what}.stoi")
+    assert [stoi[t] for t in itos] == list(range(size)), f"{what}: stoi does not invert itos"
+    encoded = returned(vocab["encode"][0], f"{what}.encode(['y', 'w', '<mask>'])")
+    assert encoded == [5, 2, 4], \
+        f"{what}.encode(['y', 'w', '<mask>']) gave {encoded}, expected [5, 2, 4] (unknown -> <unk>, id 2)"
+    decoded = returned(vocab["decode"][0], f"{what}.decode([5, 6, 0])")
+    assert decoded == ["y", "x", "<s>"], f"{what}.decode([5, 6, 0]) gave {decoded}"
     what = "build_vocab(sentences in which every special occurs)"
-    assert_itos(vocab_call(build_vocab, sentences, what), sentences, 2, ["<pad>", "<unk>", "<bos>", "<eos>"], what)
+    assert_itos(vocab_checked(found["usual"], what), usual, 2, probes.SPECIALS, what)
 
 
-def check_label_smoothing_loss_values(label_smoothing_loss, namespace):
-    """The hidden tests of `test_label_smoothing_loss_values`."""
-    generator = torch.Generator().manual_seed(3)
-    for N, V, s, scale in [(7, 5, 0.1, 1.0), (12, 37, 0.25, 3.0), (1, 3, 0.1, 1.0), (30, 1000, 0.1, 5.0),
-                           (5, 11, 0.0, 2.0), (9, 6, 0.5, 1.0), (4, 4, 1.0, 1.0)]:
-        logits = torch.randn(N, V, generator=generator) * scale
-        target = torch.randint(0, V, (N,), generator=generator)
+def check_label_smoothing_loss_values(label_smoothing_loss):
+    """The hidden tests of `test_label_smoothing_loss_values` (the answer, or its calls replayed)."""
+    *sized, default, large = probes.smoothing_value_cases()
+    for logits, target, kwargs in sized:
+        (N, V), s = logits.shape, kwargs["smoothing"]
         what = f"label_smoothing_loss(logits [{N}, {V}], target [{N}], smoothing={s})"
-        got = ls_call(label_smoothing_loss, namespace, logits, target, what, smoothing=s)
+        got = ls_call(label_smoothing_loss, logits, target, what, **kwargs)
         testing.check_tensor(got, what, shape=[])
         testing.assert_close(got, expected_loss(logits, target, s, -100), what, atol=1e-5, rtol=1e-5,
-                     mistakes=mistakes_for(logits, target, s, -100) if s > 0 else None)
-    logits, target = torch.randn(6, 9, generator=generator), torch.randint(0, 9, (6,), generator=generator)
-    testing.assert_close(ls_call(label_smoothing_loss, namespace, logits, target, "label_smoothing_loss(logits, target)"), expected_loss(logits, target, 0.1, -100),
-                 "label_smoothing_loss(logits, target) with the default smoothing (0.1)", atol=1e-5)
-    logits = torch.tensor([[80.0, -80.0, 0.0], [-90.0, 90.0, 10.0]])
-    target = torch.tensor([1, 0])
-    got = ls_call(label_smoothing_loss, namespace, logits, target, "label_smoothing_loss(logits of size +-90)")
-    testing.assert_close(got, expected_loss(logits, target, 0.1, -100), "label_smoothing_loss(logits of size +-90)", atol=1e-3, rtol=1e-5, mistakes={
+                             mistakes=mistakes_for(logits, target, s, -100) if s > 0 else None)
+    logits, target, _ = default
+    testing.assert_close(ls_call(label_smoothing_loss, logits, target, "label_smoothing_loss(logits, target)"),
+                         expected_loss(logits, target, 0.1, -100),
+                         "label_smoothing_loss(logits, target) with the default smoothing (0.1)", atol=1e-5)
+    logits, target, _ = large
+    got = ls_call(label_smoothing_loss, logits, target, "label_smoothing_loss(logits of size +-90)")
+    testing.assert_close(got, expected_loss(logits, target, 0.1, -100), "label_smoothing_loss(logits of size +-90)",
+                         atol=1e-3, rtol=1e-5, mistakes={
         "log(softmax(...)) gives -inf for tiny probabilities: use log_softmax": torch.tensor(float("inf"))})
 
 
-def check_label_smoothing_loss_ignore(label_smoothing_loss, namespace):
-    """The hidden tests of `test_label_smoothing_loss_ignore`."""
-    generator = torch.Generator().manual_seed(5)
-    for N, V, s, ignore_index in [(10, 7, 0.1, 0), (16, 13, 0.2, 3), (8, 5, 0.1, -100), (20, 50, 0.1, -1), (6, 4, 0.0, 2)]:
-        logits = torch.randn(N, V, generator=generator) * 2
-        target = torch.randint(0, V, (N,), generator=generator)
-        target[torch.rand(N, generator=generator) < 0.4] = ignore_index
-        target[0] = (ignore_index + 1) % V            # at least one position counts
-        what = f"label_smoothing_loss(logits [{N}, {V}], target with {int((target == ignore_index).sum())} of {N} ignored, smoothing={s}, ignore_index={ignore_index})"
-        got = ls_call(label_smoothing_loss, namespace, logits, target, what, smoothing=s, ignore_index=ignore_index)
+def check_label_smoothing_loss_ignore(label_smoothing_loss):
+    """The hidden tests of `test_label_smoothing_loss_ignore` (the answer, or its calls replayed)."""
+    for logits, target, kwargs in probes.smoothing_ignore_cases():
+        (N, V), s, ignore_index = logits.shape, kwargs["smoothing"], kwargs["ignore_index"]
+        what = (f"label_smoothing_loss(logits [{N}, {V}], target with {int((target == ignore_index).sum())} of {N} "
+                f"ignored, smoothing={s}, ignore_index={ignore_index})")
+        got = ls_call(label_smoothing_loss, logits, target, what, **kwargs)
         testing.check_tensor(got, what, shape=[])
         testing.assert_close(got, expected_loss(logits, target, s, ignore_index), what, atol=1e-5, rtol=1e-5,
-                     mistakes=mistakes_for(logits, target, s, ignore_index))
+                             mistakes=mistakes_for(logits, target, s, ignore_index))
 
 
-def check_label_smoothing_loss_gradient(label_smoothing_loss, namespace):
-    """The hidden tests of `test_label_smoothing_loss_gradient`."""
-    generator = torch.Generator().manual_seed(9)
-    for N, V, s, ignore_index in [(6, 8, 0.1, 0), (11, 20, 0.3, -100)]:
-        x = torch.randn(N, V, generator=generator, dtype=torch.float64)
-        target = torch.randint(1, V, (N,), generator=generator)
-        target[::3] = ignore_index
-        ours = x.clone().requires_grad_(True)
+def check_label_smoothing_loss_gradient(found):
+    """The hidden tests of `test_label_smoothing_loss_gradient`, on probes.loss_gradients."""
+    for (x, target, kwargs), facts in zip(probes.smoothing_gradient_cases(), found, strict=True):
+        (N, V), s, ignore_index = x.shape, kwargs["smoothing"], kwargs["ignore_index"]
         what = f"label_smoothing_loss(float64 logits [{N}, {V}], smoothing={s}, ignore_index={ignore_index})"
-        got = ls_call(label_smoothing_loss, namespace, ours, target, what, smoothing=s, ignore_index=ignore_index)
-        testing.check_tensor(got, what, shape=[], dtype=torch.float64)
-        got.backward()
+        loss = facts["loss"]
+        if isinstance(loss, Raised) and loss.type_name in ("RuntimeError", "IndexError"):
+            raise AssertionError(f"{what} failed with {loss.type_name}: {loss.first_line}. Ignored targets (e.g. -100) "
+                                 "are not valid indices: replace them before indexing, and leave them out of the mean")
+        testing.check_tensor(returned(loss, what), what, shape=[], dtype=torch.float64)
+        returned(facts["backward"], f"backward() through {what}")
         theirs = x.clone().requires_grad_(True)
         F.cross_entropy(theirs, target, label_smoothing=s, ignore_index=ignore_index).backward()
-        testing.assert_close(ours.grad, theirs.grad, f"the gradient of {what} with respect to the logits", atol=1e-8, rtol=1e-6)
+        testing.assert_close(facts["grad"], theirs.grad, f"the gradient of {what} with respect to the logits",
+                             atol=1e-8, rtol=1e-6)
 
 
 def check_noam_lr_values(noam_lr):
-    """The hidden tests of `test_noam_lr_values`."""
-    for d_model, warmup_steps, factor in [(512, 4000, 1.0), (128, 400, 2.0), (1024, 100, 0.5), (64, 1, 1.0), (256, 3000, 1.0)]:
-        for step in [1, 2, 7, warmup_steps - 1, warmup_steps, warmup_steps + 1, 3 * warmup_steps + 5, 100000]:
-            if step >= 1:
-                assert_lr(noam_lr, step, d_model, warmup_steps, factor)
-    assert_lr(noam_lr, 50, 512, 4000)   # the default factor is 1
+    """The hidden tests of `test_noam_lr_values` (the answer, or its calls replayed)."""
+    for step, d_model, warmup_steps, factor in probes.noam_value_points():
+        assert_lr(noam_lr, step, d_model, warmup_steps, factor)
 
 
 def check_noam_lr_step0(noam_lr):
-    """The hidden tests of `test_noam_lr_step0`."""
-    for d_model, warmup_steps, factor in [(128, 400, 2.0), (64, 1, 1.0)]:
-        assert_lr(noam_lr, 0, d_model, warmup_steps, factor)
+    """The hidden tests of `test_noam_lr_step0` (the answer, or its calls replayed)."""
+    for step, d_model, warmup_steps, factor in probes.NOAM_STEP0_POINTS:
+        assert_lr(noam_lr, step, d_model, warmup_steps, factor)
+    d_model, warmup_steps, steps = probes.NOAM_SCHEDULER
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: noam_lr(step, 64, 10))
-    for step in range(3):
-        expected = expected_lr(step, 64, 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: noam_lr(step, d_model, warmup_steps))
+    for step in range(steps - 1):
+        expected = expected_lr(step, d_model, warmup_steps)
         assert math.isclose(optimizer.param_groups[0]["lr"], expected, rel_tol=1e-6), \
             f"with LambdaLR the rate at step {step} is {optimizer.param_groups[0]['lr']:.6g}, expected {expected:.6g}"
         optimizer.step()
         scheduler.step()
 
 
-def check_train_step_loss(train_step, namespace):
-    """The hidden tests of `test_train_step_loss`."""
-    for pad_idx, smoothing, seed in [(0, 0.1, 0), (2, 0.2, 1), (0, 0.0, 2), (5, 0.1, 3)]:
+def check_train_step_loss(found):
+    """The hidden tests of `test_train_step_loss`, on probes.train_step_loss_facts."""
+    for (pad_idx, smoothing, seed), facts in zip(probes.TRAIN_LOSS_CASES, found["cases"], strict=True):
         model = tiny_model(pad_idx, seed)
         src, tgt = batch(pad_idx, seed + 10)
         what = f"train_step(model, src, tgt, optimizer, pad_idx={pad_idx}, smoothing={smoothing})"
         expected = reference_loss(copy.deepcopy(model), src, tgt, pad_idx, smoothing)
         mistakes = loss_mistakes(copy.deepcopy(model), src, tgt, pad_idx, smoothing)
-        got = step_call(train_step, namespace, what, model, src, tgt, torch.optim.SGD(model.parameters(), lr=0.01), pad_idx=pad_idx, smoothing=smoothing)
+        got = step_result(facts, what)
         assert isinstance(got, float), f"{what} returned a {type(got).__name__}: return loss.item(), a Python float"
         testing.assert_close(torch.tensor(got), expected, f"the loss returned by {what}", atol=1e-5, rtol=1e-5,
-                     mistakes={k: v for k, v in mistakes.items() if not torch.allclose(v.double(), expected.double(), atol=1e-5)})
+                             mistakes={k: v for k, v in mistakes.items()
+                                       if not torch.allclose(v.double(), expected.double(), atol=1e-5)})
     model = tiny_model(0, 4)
     src, tgt = batch(0, 14)
     expected = reference_loss(copy.deepcopy(model), src, tgt, 0, 0.1)
-    got = step_call(train_step, namespace, "train_step(model, src, tgt, optimizer)", model, src, tgt, torch.optim.SGD(model.parameters(), lr=0.01))
-    testing.assert_close(torch.tensor(got), expected, "the loss returned by train_step with the default pad_idx and smoothing", atol=1e-5)
+    got = step_result(found["default"], "train_step(model, src, tgt, optimizer)")
+    testing.assert_close(torch.tensor(got), expected, "the loss returned by train_step with the default pad_idx and "
+                         "smoothing", atol=1e-5)
 
 
-def check_train_step_update(train_step, namespace):
-    """The hidden tests of `test_train_step_update`."""
-    for pad_idx, seed, make in [(0, 0, lambda ps: torch.optim.SGD(ps, lr=0.5)),
-                                (3, 1, lambda ps: torch.optim.SGD(ps, lr=0.3, momentum=0.9))]:
-        model = tiny_model(pad_idx, seed)
-        ref = copy.deepcopy(model)
-        optimizer, ref_optimizer = make(model.parameters()), make(ref.parameters())
-        batches = [batch(pad_idx, seed + 20), batch(pad_idx, seed + 30, B=2, S=5, T=9)]
-        for number, (src, tgt) in enumerate(batches, 1):
-            what = f"after {number} call{'s' if number > 1 else ''} of train_step(model, src, tgt, SGD, pad_idx={pad_idx}, clip=100)"
-            before = params(model)
-            step_call(train_step, namespace, what, model, src, tgt, optimizer, pad_idx=pad_idx, clip=100.0)
+def check_train_step_update(found):
+    """The hidden tests of `test_train_step_update`, on probes.train_step_update_facts."""
+    for (pad_idx, seed, make), steps in zip(probes.update_cases(), found, strict=True):
+        ref = tiny_model(pad_idx, seed)
+        ref_optimizer, before = make(ref.parameters()), params(ref)
+        for number, ((src, tgt), facts) in enumerate(zip(probes.update_batches(pad_idx, seed), steps, strict=True), 1):
+            what = (f"after {number} call{'s' if number > 1 else ''} of train_step(model, src, tgt, SGD, "
+                    f"pad_idx={pad_idx}, clip=100)")
+            step_result(facts, what)
             reference_step(ref, src, tgt, ref_optimizer, None, pad_idx, 0.1, 100.0)
-            got, expected = params(model), params(ref)
+            got, expected = facts["params"], params(ref)
             if torch.allclose(got, before):
                 raise AssertionError(f"{what}: no parameter changed. Call optimizer.step() after loss.backward(), and do not "
                                      "zero the gradients between backward() and step()")
@@ -442,16 +394,17 @@ def check_train_step_update(train_step, namespace):
                 raise AssertionError(f"{what}: the parameters differ from a correct step. Are the gradients cleared in every "
                                      "step (optimizer.zero_grad())? PyTorch adds new gradients to the old ones")
             testing.assert_close(got, expected, f"the parameters {what}", atol=1e-5, rtol=1e-4)
+            before = got
 
 
-def check_train_step_clip(train_step, namespace):
-    """The hidden tests of `test_train_step_clip`."""
-    for pad_idx, seed, clip in [(0, 5, 0.05), (1, 6, 0.3), (0, 7, 1e6)]:
-        model = tiny_model(pad_idx, seed)
-        ref, unclipped, by_value = copy.deepcopy(model), copy.deepcopy(model), copy.deepcopy(model)
+def check_train_step_clip(found):
+    """The hidden tests of `test_train_step_clip`, on probes.train_step_clip_facts."""
+    for (pad_idx, seed, clip), facts in zip(probes.TRAIN_CLIP_CASES, found, strict=True):
+        ref = tiny_model(pad_idx, seed)
+        unclipped, by_value = copy.deepcopy(ref), copy.deepcopy(ref)
         src, tgt = batch(pad_idx, seed + 40)
         what = f"the parameters after train_step(SGD(lr=1), clip={clip})"
-        step_call(train_step, namespace, what, model, src, tgt, torch.optim.SGD(model.parameters(), lr=1.0), pad_idx=pad_idx, clip=clip)
+        step_result(facts, what)
         reference_step(ref, src, tgt, torch.optim.SGD(ref.parameters(), lr=1.0), None, pad_idx, 0.1, clip)
         reference_step(unclipped, src, tgt, torch.optim.SGD(unclipped.parameters(), lr=1.0), None, pad_idx, 0.1, 1e9)
         optimizer = torch.optim.SGD(by_value.parameters(), lr=1.0)
@@ -462,31 +415,28 @@ def check_train_step_clip(train_step, namespace):
                     "clip_grad_norm_(model.parameters(), clip) between loss.backward() and optimizer.step()": params(unclipped),
                     "each value was clipped to [-clip, clip] (clip_grad_value_): clip the norm of all gradients together "
                     "with clip_grad_norm_": params(by_value)}
-        testing.assert_close(params(model), params(ref), what, atol=1e-6, rtol=1e-4,
-                     mistakes={k: v for k, v in mistakes.items() if not torch.allclose(v, params(ref), atol=1e-6)})
+        testing.assert_close(facts["params"], params(ref), what, atol=1e-6, rtol=1e-4,
+                             mistakes={k: v for k, v in mistakes.items() if not torch.allclose(v, params(ref), atol=1e-6)})
 
 
-def check_train_step_scheduler(train_step, namespace):
-    """The hidden tests of `test_train_step_scheduler`."""
-    for pad_idx, seed in [(0, 8), (2, 9)]:
-        model = tiny_model(pad_idx, seed)
-        ref, early = copy.deepcopy(model), copy.deepcopy(model)
-        schedule = lambda step: [1.0, 0.01, 0.5, 0.2][min(step, 3)]
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+def check_train_step_scheduler(found):
+    """The hidden tests of `test_train_step_scheduler`, on probes.train_step_scheduler_facts."""
+    for (pad_idx, seed), facts in zip(probes.TRAIN_SCHEDULER_CASES, found, strict=True):
+        ref = tiny_model(pad_idx, seed)
+        early = copy.deepcopy(ref)
         ref_optimizer = torch.optim.SGD(ref.parameters(), lr=0.5)
-        ref_scheduler = torch.optim.lr_scheduler.LambdaLR(ref_optimizer, schedule)
+        ref_scheduler = torch.optim.lr_scheduler.LambdaLR(ref_optimizer, probes.schedule)
         src, tgt = batch(pad_idx, seed + 50)
         what = f"the parameters after train_step(SGD, LambdaLR, pad_idx={pad_idx})"
-        step_call(train_step, namespace, what, model, src, tgt, optimizer, scheduler, pad_idx=pad_idx)
+        step_result(facts, what)
         reference_step(ref, src, tgt, ref_optimizer, ref_scheduler, pad_idx, 0.1, 1.0)
         # the mistake: the scheduler stepped before the optimizer, so the update used the next step's rate
-        early_optimizer = torch.optim.SGD(early.parameters(), lr=0.5 * schedule(1))
+        early_optimizer = torch.optim.SGD(early.parameters(), lr=0.5 * probes.schedule(1))
         reference_step(early, src, tgt, early_optimizer, None, pad_idx, 0.1, 1.0)
-        testing.assert_close(params(model), params(ref), what, atol=1e-6, rtol=1e-4, mistakes={
+        testing.assert_close(facts["params"], params(ref), what, atol=1e-6, rtol=1e-4, mistakes={
             "the update used the learning rate of the next step: call scheduler.step() after optimizer.step()": params(early)})
-        assert scheduler.last_epoch == 1, f"after one train_step the scheduler made {scheduler.last_epoch} steps, expected 1"
-        assert math.isclose(optimizer.param_groups[0]["lr"], 0.5 * schedule(1)), \
+        assert facts["last_epoch"] == 1, f"after one train_step the scheduler made {facts['last_epoch']} steps, expected 1"
+        assert math.isclose(facts["lr"], 0.5 * probes.schedule(1)), \
             "after one train_step the optimizer should have the rate of step 1: call scheduler.step() once per step"
 
 

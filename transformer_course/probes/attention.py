@@ -1,0 +1,61 @@
+"""Notebook 02: the calls the hidden tests' probes make, shared by the kernel (which makes them) and the judges.
+
+Nothing here knows an expected value: it only lists which arguments the student's function is called with,
+so that the oracles' checks, replayed in the grader (probing.replayed), find every result they ask for.
+"""
+
+
+def attention_calls(q, k, v, keep=None):
+    """The calls the oracles of scaled_dot_product_attention make for one case: the call itself, the same
+    without the mask, and one call per [T, d] slice when there are leading dimensions."""
+    calls = [((q, k, v) if keep is None else (q, k, v, keep), {})]
+    if keep is not None:
+        calls.append(((q, k, v), {}))
+    if q.dim() > 2 and q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        calls += [((a, b, c), {}) for a, b, c in zip(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]),
+                                                     v.reshape(-1, *v.shape[-2:]))]
+    return calls
+
+
+def random_keep(*shape, generator=None):
+    """A random bool mask in which every row has at least one True and at least one False."""
+    import torch
+
+    keep = torch.rand(*shape, generator=generator) < 0.5
+    n_k = shape[-1]
+    first = torch.randint(0, n_k, shape[:-1], generator=generator)
+    second = (first + torch.randint(1, n_k, shape[:-1], generator=generator)) % n_k
+    keep.scatter_(-1, first.unsqueeze(-1), True)
+    keep.scatter_(-1, second.unsqueeze(-1), False)
+    return keep
+
+
+def recording(dropout, shape):
+    """Wrap a dropout callable: remember what it got and what it returned (and check it got the weights)."""
+    seen = []
+
+    def record(w):
+        assert list(w.shape) == list(shape), (
+            f"dropout was called on a tensor of shape {list(w.shape)}: was it applied to the output? It belongs "
+            f"on the attention weights, shape {list(shape)}, before they multiply value")
+        dropped = dropout(w)
+        seen.append((w.detach().clone(), dropped.detach().clone()))
+        return dropped
+    return record, seen
+
+
+def dropout_calls(answer, q, k, v, keep, p, seed):
+    """For oracles.attention.check_dropout: the answer with nn.Dropout(p) in train mode under ``seed`` (what
+    dropout got and returned recorded), and the same call without dropout."""
+    import torch
+
+    from ..probing import attempt
+    from ..testing import same_random_numbers
+
+    args = (q, k, v) if keep is None else (q, k, v, keep)
+    shape = list(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])) + [q.shape[-2], k.shape[-2]]
+    dropout, seen = recording(torch.nn.Dropout(p).train(), shape)
+    with same_random_numbers(seed):
+        result = attempt(answer, *args, dropout=dropout)
+    return {"result": result, "seen": seen, "plain": attempt(answer, *args),
+            "contiguous": bool(seen) and seen[0][0].is_contiguous()}
