@@ -5,6 +5,7 @@ import csv
 import inspect
 import subprocess
 import sys
+import textwrap
 
 import nbformat
 import pytest
@@ -17,6 +18,7 @@ from autograder.check import check_notebook, render
 from autograder.library_answers import (COPY_THRESHOLD, ENAME, NOT_COMPARED, copied_answers, flagged_answers,
                                         library_answers, package_pairs, refuse_flagged)
 from autograder.sandbox import Limits, sandbox_available
+from autograder.similarity import finished_source
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.is_dir())
 RELEASES = {a: nbformat.read(ROOT / "notebooks" / a / f"{a}.ipynb", as_version=4) for a in ASSIGNMENTS}
@@ -193,6 +195,26 @@ def test_the_package_answer_pasted_or_disguised_is_flagged(exercise):
     for answer in (source, renamed):
         message = copied_answers(with_answers(release, {exercise: answer}), release).get(exercise, "")
         assert f"the course's finished {exercise}" in message and "write your own" in message, message or answer
+
+
+@pytest.mark.parametrize("name", transformer_course.__all__)
+def test_the_finished_source_read_from_the_files_is_what_python_sees(name):
+    assert finished_source(name) == textwrap.dedent(inspect.getsource(getattr(transformer_course, name))), \
+        f"the package's {name} read from its files differs from inspect.getsource: a definition moved or renamed?"
+
+
+def test_the_copy_check_does_not_import_torch_into_the_grader():
+    """The record step runs it in the grader's own process for every grading run: torch takes seconds."""
+    assignment = "05_layer_norm_feed_forward"
+    probe = ("import sys, nbformat\n"
+             "from autograder.library_answers import flagged_answers\n"
+             f"solved = nbformat.read({str(SOLUTIONS / assignment / (assignment + '.ipynb'))!r}, as_version=4)\n"
+             f"release = nbformat.read({str(ROOT / 'notebooks' / assignment / (assignment + '.ipynb'))!r}, as_version=4)\n"
+             "assert flagged_answers(solved, release) == {}\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_course')))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", f"the copy check imported {run.stdout.strip()}"
 
 
 def test_the_test_cells_of_a_flagged_exercise_and_only_those_get_the_error():
