@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(sys.argv[1]) / "benchmarks"))
 import grade_course
 course, tree = Path(sys.argv[2]), Path(sys.argv[1])
 course.mkdir(parents=True)
-assignments = sorted(p.name for p in (tree / "solutions").iterdir() if p.is_dir())
-grade_course.build_course(course, assignments, [f"student{i + 1}" for i in range(int(sys.argv[3]))])
+grade_course.build_course(course, sys.argv[4].split(","), [f"student{i + 1}" for i in range(int(sys.argv[3]))])
 """
 
 
@@ -39,6 +38,15 @@ def earlier_side(commit, scratch):
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(tree)], check=True,
                    capture_output=True)
     return tree, python
+
+
+def common_assignments(trees):
+    """The assignments every side has (a notebook added since is left out, and said so)."""
+    names = [{p.name for p in (tree / "solutions").iterdir() if (p / f"{p.name}.ipynb").exists()} for tree in trees]
+    shared = set.intersection(*names)
+    if set.union(*names) - shared:
+        print(f"left out (not on both sides): {', '.join(sorted(set.union(*names) - shared))}")
+    return sorted(shared)
 
 
 def grade(python, course, assignment, env):
@@ -59,11 +67,12 @@ def main():
         envs = {name: dict(os.environ, COURSE_SMOKE="1", MPLBACKEND="Agg",
                            PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}")
                 for name, (_, python) in sides.items()}
+        shared = common_assignments([tree for tree, _ in sides.values()])
         for name, (tree, python) in sides.items():
-            subprocess.run([str(python), "-c", BUILD, str(tree), str(scratch / name), str(args.students)],
-                           env=envs[name], check=True)
+            subprocess.run([str(python), "-c", BUILD, str(tree), str(scratch / name), str(args.students),
+                            ",".join(shared)], env=envs[name], check=True)
         totals = dict.fromkeys(sides, 0.0)
-        for assignment in sorted(p.name for p in (scratch / "after" / "source").iterdir()):
+        for assignment in shared:
             row = {}
             for name, (_, python) in sides.items():
                 course = scratch / f"{name}-{assignment}"
