@@ -1,4 +1,5 @@
 """Instructor tooling on top of nbgrader: releases, sandboxed parallel grading, feedback (python -m autograder)."""
+import os
 import sys
 from pathlib import Path
 
@@ -8,3 +9,19 @@ from pathlib import Path
 sys.modules.setdefault("rfc3987_syntax", None)
 
 CONFIG = Path(__file__).with_name("nbgrader_config.py")
+
+
+def tools_on_path(environ=os.environ):
+    """Put the folder of this Python's scripts first on PATH, unless it is there already.
+
+    nbgrader runs `alembic` from PATH when it creates a gradebook, so `venv/bin/python -m autograder ...` or
+    `venv/bin/nbgrader ...` from a virtual environment that is not activated would fail (FileNotFoundError:
+    'alembic') or, in `nbgrader generate_assignment`, release nothing. The course's commands, and every
+    process they start, find the environment's tools without activation."""
+    scripts = str(Path(sys.executable).parent)
+    folders = environ.get("PATH", "").split(os.pathsep)
+    if scripts not in folders:
+        environ["PATH"] = os.pathsep.join([scripts, *filter(None, folders)])
+
+
+tools_on_path()

@@ -5,6 +5,7 @@ its CourseDirectory.db_url says, by default gradebook.db there):
     python -m autograder grade ASSIGNMENT             grade every submission, sandboxed and in parallel
                                    [--scheduler tcp://HOST:8786]  on a Dask cluster's workers
     python -m autograder feedback ASSIGNMENT          one HTML page per student and notebook, no test code
+    python -m autograder report ASSIGNMENT            the grade CSVs again, from the gradebook as it is now
     python -m autograder check NOTEBOOK.ipynb         a student's check: what the grader will make of it
     python -m autograder similarity ASSIGNMENT        near-identical answers, ranked, for a person to judge
 """
@@ -13,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from .release import release_course
+from .release import ReleaseError, release_course
 from .sandbox import Limits
 from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
 
@@ -64,6 +65,11 @@ def build_parser():
     feedback.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
     feedback.add_argument("--student", action="append", dest="students", help="only this student (repeatable)")
 
+    report = commands.add_parser("report", help="write grades-ASSIGNMENT.csv and grades-ASSIGNMENT-cells.csv again "
+                                                "from the gradebook: after grading written answers in the formgrader")
+    report.add_argument("assignment")
+    report.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
+
     check = commands.add_parser("check", help="run a notebook as the grader would and report what will cost points",
                                 description="A student's check before handing in: the notebook runs in a fresh "
                                             "kernel with the grader's limits; per exercise, the visible tests "
@@ -72,6 +78,7 @@ def build_parser():
     check.add_argument("notebook", type=Path)
     check.add_argument("--release", type=Path, help="the release notebook to compare with (default: the course's)")
     check.add_argument("--cell-timeout", type=float, help="seconds per cell (default: the grader's)")
+    check.add_argument("--verbose", action="store_true", help="list every repair of the notebook's grading metadata")
 
     similarity = commands.add_parser(
         "similarity", help="write similarity-ASSIGNMENT.csv and .html: near-identical answers, ranked",
@@ -89,38 +96,59 @@ def build_parser():
 
 
 def main(argv=None):
+    """The command: its exit status. 2 and one line on stderr when it refuses (bad input, nothing written); for
+    `grade`, 1 when a submission could not be graded (everyone else is), for `check`, 1 when something will cost
+    points."""
     args = build_parser().parse_args(argv)
+    refusals = (ReleaseError, SimilarityError)
+    if args.command != "check":     # a student's check runs where nbgrader is not installed (Colab)
+        from .grade import GradingError
+
+        refusals += (GradingError,)
+    try:
+        return _run(args)
+    except refusals as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(args):
     if args.command == "release":
         for name in release_course(args.solutions, args.notebooks, args.assignments):
             print(f"released {args.notebooks / name}")
     elif args.command == "grade":
-        from .grade import GradingError, grade_assignment
-
-        limits = Limits(cell_timeout=args.cell_timeout, total_timeout=args.notebook_timeout, memory_mb=args.memory,
-                        processes=args.processes, output_bytes=args.output)
-        env = {"COURSE_SMOKE": "0"} if args.full_training else {}
-        try:
-            grade_assignment(args.course, args.assignment, workers=args.workers, limits=limits,
-                             students=args.students, sandbox=not args.unsafe_no_sandbox, env=env,
-                             scheduler=args.scheduler, resume=args.resume)
-        except GradingError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+        return _grade(args)
     elif args.command == "check":
         from .check import main as check_main
 
-        return check_main(args.notebook, args.release, args.cell_timeout)
+        return check_main(args.notebook, args.release, args.cell_timeout, verbose=args.verbose)
     elif args.command == "feedback":
         from .feedback import generate_feedback
 
         generate_feedback(args.course, args.assignment, students=args.students)
-    elif args.command == "similarity":
-        try:
-            similarity_report(args.course, args.assignment, threshold=args.threshold, top=args.top)
-        except SimilarityError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
+    elif args.command == "report":
+        from .grade import report_assignment
+
+        report_assignment(args.course, args.assignment)
+    elif args.command == "similarity":     # reads release/ and submitted/ only: no gradebook, no configuration
+        similarity_report(args.course, args.assignment, threshold=args.threshold, top=args.top)
     return 0
+
+
+def _grade(args):
+    """`grade`: prints "N graded, M failed" last; exit status 1 when a submission could not be graded."""
+    from .grade import failed_students, grade_assignment
+
+    limits = Limits(cell_timeout=args.cell_timeout, total_timeout=args.notebook_timeout, memory_mb=args.memory,
+                    processes=args.processes, output_bytes=args.output)
+    env = {"COURSE_SMOKE": "0"} if args.full_training else {}
+    reports = grade_assignment(args.course, args.assignment, workers=args.workers, limits=limits,
+                               students=args.students, sandbox=not args.unsafe_no_sandbox, env=env,
+                               scheduler=args.scheduler, resume=args.resume)
+    failed = failed_students(reports)
+    why = f": {', '.join(failed)} (why: the error column of grades-{args.assignment}.csv)" if failed else ""
+    print(f"{len(reports) - len(failed)} graded, {len(failed)} failed{why}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -4,13 +4,14 @@ It runs the notebook as the grader does: matched back to its release (repair.py:
 grading metadata), read-only cells put back as the release has them, then every cell in a fresh kernel with
 the grader's limits and the training demos in smoke mode (execute.py; sandboxed where bubblewrap is
 installed). It prints, per exercise, the visible tests passed and the points at stake, the answers the
-grader will refuse (the course's finished versions, and someone else's code: library_answers.py), what the
-grader would repair, and the cells that ran too long. The exit status is non-zero when something will cost
-points. The hidden tests are not in a student's notebook: passing the visible tests is necessary, not
-sufficient.
+grader will refuse (the course's finished versions, and someone else's code: library_answers.py), the written
+questions still unanswered, and the cells that ran too long, each named as the student sees it (the exercise,
+the question, or the cell's first line). A repair of the grading metadata (Colab's) is one line; ``--verbose``
+lists each. The exit status is non-zero when something will cost points. The hidden tests are not in a
+student's notebook: passing the visible tests is necessary, not sufficient.
 
 From a notebook, its last cell calls ``transformer_course.handin.check_this_notebook()``, which runs this
-command on the notebook (on Colab taken from the Colab runtime, in Jupyter its saved file).
+command on the notebook (see handin.py for how it finds the notebook's file).
 """
 import sys
 import tempfile
@@ -20,13 +21,16 @@ from pathlib import Path
 
 import nbformat
 
-from .cells import exercise_of, grade_id, is_answer, is_locked, is_test
+from .cells import exercise_of, grade_id, is_answer, is_grade, is_locked, is_solution, is_test
 from .execute import execute_notebook
 from .library_answers import flagged_answers
-from .repair import RepairError, repair_notebook
+from .repair import SCORES_NOTHING, RepairError, repair_notebook
 from .sandbox import REPOSITORY, Limits, sandbox_available
 
 REFUSED = "FinishedAnswerUsed"   # the error the course's finished answers raise in their own tests
+READ_ONLY_CHANGED = "the grader runs the release's version"   # the end of the repair sentence for such a cell
+NO_RELEASE = "no release notebook was found to compare with"
+LIMITS = ("timeout", "output-limit", "kernel-died", "not-run")  # execute.py's problems that stop a cell
 
 
 @dataclass
@@ -44,12 +48,21 @@ class ExerciseResult:
 class CheckReport:
     exercises: list
     repairs: list        # what the grader would repair, as sentences
-    slow: list           # cells that broke a limit (time, memory, output)
+    slow: list           # graded cells (answers, tests) that broke a limit (time, memory, output): they cost points
     problem: str = ""    # why the notebook cannot be graded at all
+    unanswered: list = field(default_factory=list)   # written questions left as released, named by their text
+    slowed: list = field(default_factory=list)       # ungraded cells over a limit: nothing in them is graded
 
     @property
     def ok(self):
-        return not (self.problem or self.slow or any(e.failures or e.not_own for e in self.exercises))
+        return not (self.problem or self.slow or self.unanswered
+                    or any(e.failures or e.not_own for e in self.exercises))
+
+    @property
+    def notable_repairs(self):
+        """The repairs a student should know of: a deleted answer cell, an edited read-only cell. The others
+        (metadata Colab dropped, cell ids, order) change nothing of their work."""
+        return [r for r in self.repairs if any(text in r for text in (SCORES_NOTHING, READ_ONLY_CHANGED, NO_RELEASE))]
 
 
 def course_releases():
@@ -82,14 +95,53 @@ def find_release(notebook, name):
 def as_the_grader_gets_it(notebook, release):
     """(notebook, repairs): matched back to the release, its read-only cells as the release has them."""
     if release is None:
-        return notebook, ["no release notebook was found to compare with: give it with --release"]
+        return notebook, [f"{NO_RELEASE}: give it with --release"]
     repaired, repairs = repair_notebook(notebook, release)
     originals = {grade_id(c): c.source for c in release.cells if is_locked(c) and grade_id(c)}
-    for cell in repaired.cells:
+    for index, cell in enumerate(repaired.cells):
         if grade_id(cell) in originals and cell.source != originals[grade_id(cell)]:
             cell.source = originals[grade_id(cell)]
-            repairs.append(f"the read-only cell '{grade_id(cell)}' was changed: the grader runs the release's version")
+            repairs.append(f"you changed {cell_label(repaired, index)}, which is read-only: {READ_ONLY_CHANGED}")
     return repaired, repairs
+
+
+def cell_label(notebook, index):
+    """A cell named as a student sees it: the exercise it answers or tests, the question it answers, else
+    its first line."""
+    cell = notebook.cells[index]
+    exercises = [grade_id(c) for c in notebook.cells if is_answer(c)]
+    if is_answer(cell):
+        return f"your {grade_id(cell)}"
+    if is_test(cell):
+        owner = exercise_of(grade_id(cell), exercises)
+        return f"the tests of {owner}" if owner else f"the test cell {grade_id(cell)}"
+    if cell.cell_type == "markdown" and is_solution(cell) and is_grade(cell):
+        return f"your answer to {_question(notebook, index)}"
+    return f"the cell that begins {_first_line(cell.source)}"
+
+
+def _question(notebook, index):
+    """The question a written answer answers: the first sentence of the text above it, quoted."""
+    for cell in reversed(notebook.cells[:index]):
+        lines = [line for line in cell.source.splitlines() if line.strip() and not line.startswith("#")]
+        if cell.cell_type == "markdown" and lines:
+            return _first_line(" ".join(lines).split(". ")[0])
+    return "the written question"
+
+
+def _first_line(text, width=60):
+    line = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f'"{line if len(line) <= width else line[:width - 1].rstrip() + "…"}"'
+
+
+def unanswered_questions(notebook, release):
+    """The written questions (answers graded by hand) left as the release has them, named by their text."""
+    stubs = {grade_id(c): c.source.strip() for c in (release.cells if release else [])
+             if c.cell_type == "markdown" and is_solution(c)}
+    return [f"{_question(notebook, index)} ({cell.metadata['nbgrader'].get('points', 0):g} points)"
+            for index, cell in enumerate(notebook.cells)
+            if cell.cell_type == "markdown" and is_solution(cell) and is_grade(cell)
+            and cell.source.strip() in ("", stubs.get(grade_id(cell), ""))]
 
 
 def exercise_results(executed):
@@ -123,18 +175,20 @@ def check_notebook(notebook, release, limits=None, sandbox=None):
     with tempfile.TemporaryDirectory(prefix="course-check-") as workdir:
         executed, problems = execute_notebook(prepared, workdir, limits or Limits(), env={"COURSE_SMOKE": "1"},
                                               sandbox=sandbox)
-    slow = [f"cell {p.index + 1} ({grade_id(executed.cells[p.index]) or 'ungraded'}): {p.message}"
-            for p in problems if p.kind in ("timeout", "output-limit", "kernel-died", "not-run")]
+    over = [(p.index, f"{cell_label(executed, p.index)}: {p.message}") for p in problems if p.kind in LIMITS]
+    graded = {i for i, cell in enumerate(executed.cells) if is_answer(cell) or is_test(cell)}
     results, not_own = exercise_results(executed), flagged_answers(prepared, release)
     for result in results:
         result.not_own = not_own.get(result.name, "")
         # In judged cells the kernel's refusal decides nothing, but the same answer is found in the source.
         result.refused = result.refused or "the course's finished" in result.not_own
-    return CheckReport(results, repairs, slow)
+    return CheckReport(results, repairs, [text for i, text in over if i in graded],
+                       unanswered=unanswered_questions(prepared, release),
+                       slowed=[text for i, text in over if i not in graded])
 
 
-def render(report):
-    """The report as text for a terminal or a notebook cell."""
+def render(report, verbose=False):
+    """The report as text for a terminal or a notebook cell. ``verbose``: every repair, not one line for them."""
     if report.problem:
         return f"This notebook cannot be graded: {report.problem}"
     lines = [f"{'exercise':<30} {'test cells passed':<18} {'points at stake':<16} verdict"]
@@ -145,15 +199,23 @@ def render(report):
         lines.append(f"{result.name:<30} {f'{result.passed} of {result.cells}':<18} {result.points:<16g} {verdict}")
         lines += [f"    {result.name}: {result.not_own}"] if result.not_own else []
         lines += [f"    {failure}" for failure in result.failures]
-    for title, items in (("The grader would repair:", report.repairs), ("Cells over the grader's limits:", report.slow)):
+    shown = report.repairs if verbose else report.notable_repairs
+    for title, items in (("Written questions not answered yet (graded by hand):", report.unanswered),
+                         ("Over the grader's limits (these cost points):", report.slow),
+                         ("Over the grader's limits (nothing in these cells is graded, but the grader stops them "
+                          "and the cells after them may miss what they define):", report.slowed),
+                         ("The grader will repair:", shown)):
         if items:
             lines += ["", title] + [f"  - {item}" for item in items]
+    if len(report.repairs) > len(shown):
+        lines += ["", "This notebook lost some of its grading metadata (Colab and some editors drop it): the grader "
+                      "puts it back from the release, and nothing of your work is lost (details: --verbose)."]
     lines += ["", "Everything the visible tests check passes; hidden tests decide the grade." if report.ok else
               "Something above will cost points."]
     return "\n".join(lines)
 
 
-def main(notebook_path, release_path=None, cell_timeout=None):
+def main(notebook_path, release_path=None, cell_timeout=None, verbose=False):
     """The command: returns its exit status."""
     path = Path(notebook_path)
     try:
@@ -164,5 +226,5 @@ def main(notebook_path, release_path=None, cell_timeout=None):
     release = nbformat.read(release_path, as_version=4) if release_path else find_release(notebook, path.stem)
     limits = Limits(cell_timeout=cell_timeout) if cell_timeout else Limits()
     report = check_notebook(notebook, release, limits)
-    print(render(report))
+    print(render(report, verbose))
     return 0 if report.ok else 1

@@ -27,11 +27,10 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from pathlib import Path
 
 import nbformat
 
-from .grade import cell_grades, open_gradebook, read_report
+from .grade import GradingError, cell_grades, check_assignment, check_course, open_gradebook, read_report
 
 HIDDEN_NOTE = "[a line quoting the hidden tests' code was removed]"
 MIN_QUOTED = 12   # shorter text ("assert x", "pass") is too common to mean a quotation
@@ -299,8 +298,15 @@ def _page(course, assignment, notebook, student, gradebook, hidden, report):
 
 
 def generate_feedback(course, assignment, students=None, log=print):
-    """Write the feedback pages of `assignment`; returns their paths."""
-    course = Path(course).resolve()
+    """Write the feedback pages of `assignment`; returns their paths. GradingError, before anything is written,
+    for a folder that is not a course directory, an assignment its gradebook does not know or nobody was
+    graded in, and students with nothing graded."""
+    course = check_course(course)
+    check_assignment(course, assignment, graded=True)
+    graded = sorted(p.parent.name for p in (course / "autograded").glob(f"*/{assignment}"))
+    unknown = sorted(set(students or ()) - set(graded))
+    if unknown:
+        raise GradingError(f"nothing of {', '.join(unknown)} is graded in {assignment} (graded: {len(graded)} students)")
     reports = read_report(course, assignment)
     sources = {p.stem: nbformat.read(p, as_version=4) for p in (course / "source" / assignment).glob("*.ipynb")}
     hidden = {name: hidden_text(nb) for name, nb in sources.items()}

@@ -26,6 +26,9 @@ result is back, while the workers run the others. A recorded submission is marke
 Finally ``grades-ASSIGNMENT.csv`` (one row per student and notebook), ``grades-ASSIGNMENT-cells.csv`` (one
 row per student and graded cell) and ``.autograder/ASSIGNMENT/report.json`` (repairs, broken cells, errors:
 what the feedback shows). Grading some students (``--student``) keeps the others' rows and reports.
+A submission with no notebook that can be graded (not JSON, another assignment's) is an error in its rows and
+leaves no grade in the gradebook; nbgrader's own log of a failure goes to ``.autograder/ASSIGNMENT/logs/``.
+``report_assignment`` (``python -m autograder report``) writes the CSVs again from the gradebook as it is.
 """
 import csv
 import hashlib
@@ -33,6 +36,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -53,11 +57,62 @@ class GradingError(Exception):
 
 # ----------------------------------------------------------------------------- nbgrader, driven from Python
 
+def quiet_nbgrader():
+    """Silence the SQLAlchemy warnings nbgrader's gradebook code raises on every run ("Object of type
+    <SubmittedAssignment> not in session ..."): they are about nbgrader's own session handling, and say nothing
+    an instructor can act on."""
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", category=SAWarning)
+
+
+def check_course(course):
+    """The course directory, resolved, once it is one: it has the course's nbgrader_config.py. Without it the
+    gradebook, the folders and the limits would be nbgrader's defaults, whatever the directory holds."""
+    course = Path(course).resolve()
+    if not (course / "nbgrader_config.py").is_file():
+        found = " (it has a gradebook.db, but no configuration to say how it was made)" \
+            if (course / "gradebook.db").exists() else ""
+        raise GradingError(f"{course} is not a course directory: it has no nbgrader_config.py{found}; run the "
+                           f"command in your course directory, or copy the course's configuration there (README, "
+                           f"For instructors, step 1)")
+    return course
+
+
+def gradebook_path(course):
+    """The gradebook's file when the course keeps it in SQLite (nbgrader's default), else None."""
+    from nbgrader.coursedir import CourseDirectory
+    from sqlalchemy.engine import make_url
+
+    url = make_url(CourseDirectory(config=_nbgrader_config(course)).db_url)
+    return Path(url.database) if url.drivername.startswith("sqlite") and url.database else None
+
+
+def check_assignment(course, assignment, graded=False):
+    """Refuse, before anything is written, an assignment the course's gradebook does not know (and, for
+    `graded`, one nobody was graded in yet). Opening a gradebook that does not exist would create it."""
+    from nbgrader.api import MissingEntry
+
+    database = gradebook_path(course)
+    if database is not None and not database.exists():
+        raise GradingError(f"there is no gradebook ({database}): release the assignment with `nbgrader "
+                           f"generate_assignment {assignment}` first, which records its tests there")
+    with open_gradebook(course) as gradebook:
+        try:
+            gradebook.find_assignment(assignment)
+        except MissingEntry:
+            known = ", ".join(a.name for a in gradebook.assignments) or "none"
+            raise GradingError(f"the gradebook has no assignment {assignment!r} (it has: {known})") from None
+    if graded and not any((course / "autograded").glob(f"*/{assignment}")):
+        raise GradingError(f"nobody's {assignment} is graded yet: run `python -m autograder grade {assignment}` first")
+
+
 def _nbgrader_config(course, **overrides):
     """The course's nbgrader_config.py as a traitlets Config, plus `overrides` ({"Class.trait": value})."""
     from traitlets.config import Config
     from traitlets.config.loader import PyFileConfigLoader
 
+    quiet_nbgrader()
     config = Config()
     if (course / "nbgrader_config.py").exists():
         config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config())
@@ -179,11 +234,8 @@ class _Batch:
         try:
             return self._prepare(student, repaired)
         except Exception as error:  # one submission the grader cannot handle must not stop the batch
-            self.log(f"  {student}: the submission could not be prepared: {error!r}")
             self._fail(student, f"the grader could not prepare the submission: {_one_line(error)}")
-            # Nothing of it is graded: nbgrader records every notebook as missing, 0 points.
-            shutil.rmtree(repaired, ignore_errors=True)
-            repaired.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(repaired, ignore_errors=True)   # nothing of it is graded (record forgets it)
             return None
 
     def _prepare(self, student, repaired):
@@ -192,10 +244,11 @@ class _Batch:
         # Before repairing it: a submission replaced while it is graded is regraded by a resumed run.
         self.fingerprints[student] = _fingerprint(files, skipped)
         _repair_student(submitted, (files, skipped), self.release, repaired, self.reports[student])
+        if not any((repaired / f"{notebook}.ipynb").exists() for notebook in self.reports[student]):
+            return None     # no notebook to grade: each notebook's report says why
         error = self.sanitize(self.assignment, student)
         if error:
-            self.log(f"  {student}: nbgrader could not process the submission:\n{error}")
-            self._fail(student, f"nbgrader could not read the submission: {error.splitlines()[-1]}")
+            self._nbgrader_failed(student, "nbgrader could not read the submission", error)
             return None
         return submission_payload(self.stage["sanitized"] / student / self.assignment)
 
@@ -216,11 +269,14 @@ class _Batch:
         return True
 
     def record(self, student, executed):
-        """Score one student's notebooks into the gradebook; an executed one that recorded is marked done."""
+        """Score one student's notebooks into the gradebook; an executed one that recorded is marked done. A
+        submission with no notebook to score leaves no grade behind (an earlier submission's included)."""
+        if not any((self.stage["repaired"] / student / self.assignment / f"{nb}.ipynb").exists()
+                   for nb in self.reports[student]):
+            return self._forget(student)
         error = self.record_step(self.assignment, student)
         if error:
-            self.log(f"  {student}: nbgrader could not record the grades:\n{error}")
-            return self._fail(student, f"nbgrader could not record the grades: {error.splitlines()[-1]}")
+            return self._nbgrader_failed(student, "nbgrader could not record the grades", error)
         if executed:
             _mark_done(self.staging, student, self.fingerprints[student], self.reports[student])
         seconds = sum(r.seconds for r in self.reports[student].values())
@@ -233,6 +289,29 @@ class _Batch:
     def _fail(self, student, message):
         for report in self.reports[student].values():
             report.error = report.error or message
+
+    def _nbgrader_failed(self, student, what, error):
+        """One line on the console and in the CSV; nbgrader's whole log (a traceback) in a file of its own."""
+        log = self.staging / "logs" / f"{student}.txt"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(error + "\n", encoding="utf-8")
+        last = error.strip().splitlines()[-1] if error.strip() else "no message"
+        self._fail(student, f"{what}: {last}")
+        self.log(f"  {student}: {what}: {last} (nbgrader's log: {os.path.relpath(log, self.course)})")
+
+    def _forget(self, student):
+        """Nothing of this submission can be graded: remove an earlier submission's grades and autograded
+        notebooks, so that the gradebook, the feedback and the CSV all say the same."""
+        from nbgrader.api import MissingEntry
+
+        errors = sorted({r.error for r in self.reports[student].values() if r.error})
+        self.log(f"  {student}: not graded: {'; '.join(errors) or 'no notebook to grade'}")
+        with open_gradebook(self.course) as gradebook:
+            try:
+                gradebook.remove_submission(self.assignment, student)
+            except MissingEntry:
+                pass
+        shutil.rmtree(self.course / "autograded" / student / self.assignment, ignore_errors=True)
 
 
 def _grade_students(batch, pool, students, limits, sandbox, env):
@@ -311,16 +390,25 @@ def submitted_students(course, assignment):
     return sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
 
 
-def _check_ready(course, assignment, sandbox, scheduler):
-    """The release folder of `assignment`, once the course and this machine can grade it."""
+def _check_ready(course, assignment, students, sandbox, scheduler):
+    """The release folder of `assignment`, once the course and this machine can grade it, and the students to
+    grade (all who submitted, or `students`, each of whom must have submitted)."""
     release = course / "release" / assignment
-    if not release.is_dir():
-        raise GradingError(f"{release} does not exist: run `nbgrader generate_assignment {assignment}` first")
+    if not release.is_dir() or not any(release.glob("*.ipynb")):
+        raise GradingError(f"{release} holds no notebook: run `nbgrader generate_assignment {assignment}` first")
+    check_assignment(course, assignment)
+    submitted = submitted_students(course, assignment)
+    missing = sorted(set(students or ()) - set(submitted))
+    if missing:
+        raise GradingError(f"no submission of {assignment} from {', '.join(missing)}: "
+                           f"{course / 'submitted' / missing[0] / assignment} does not exist")
+    if not (students or submitted):
+        raise GradingError(f"nobody submitted {assignment}: no folder submitted/*/{assignment}")
     if sandbox and not scheduler and not sandbox_available():
         raise GradingError("bubblewrap (bwrap) is not available, so submissions cannot be sandboxed: install it "
                            "(Debian/Ubuntu: sudo apt-get install bubblewrap), or pass --unsafe-no-sandbox to run "
                            "student code with your own rights")
-    return release
+    return release, list(students or submitted), submitted
 
 
 def grade_assignment(course, assignment, *, workers=2, limits=None, students=None, sandbox=True,
@@ -329,12 +417,10 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
     {student: [NotebookReport, ...]} and writes the gradebook, autograded/, the CSV and the report.
     `scheduler`: a Dask scheduler's address; the executions run on its workers instead of `workers` local
     processes. `resume`: keep the students an earlier run graded, whose submission has not changed since."""
-    course = Path(course).resolve()
-    release = _check_ready(course, assignment, sandbox, scheduler)
-    students = students or submitted_students(course, assignment)
-    if not students:
-        raise GradingError(f"nobody submitted {assignment}: no folder submitted/*/{assignment}")
-    earlier = read_report(course, assignment)     # the students graded before and not now keep their report
+    course = check_course(course)
+    release, students, submitted = _check_ready(course, assignment, students, sandbox, scheduler)
+    # the students graded before and not now keep their report, if their submission is still there
+    earlier = {s: r for s, r in read_report(course, assignment).items() if s in submitted}
     finished = finished_students(course, assignment, students) if resume else {}
     todo = [s for s in students if s not in finished]
     started = time.perf_counter()
@@ -361,6 +447,34 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
         f"(nbgrader's sanitize and record steps here: {nbgrader_seconds:.1f} s); scores in the gradebook, "
         f"grades-{assignment}.csv and grades-{assignment}-cells.csv")
     return {**finished, **reports}
+
+
+def failed_students(reports):
+    """The students of `reports` ({student: {notebook: NotebookReport}}) with a notebook that could not be graded."""
+    return sorted(s for s, by_notebook in reports.items() if any(r.error for r in by_notebook.values()))
+
+
+def report_assignment(course, assignment, log=print):
+    """``python -m autograder report``: the CSVs again, from the gradebook as it is now (the scores given by hand
+    in the formgrader since the last grading included), and the students nbgrader's export leaves out."""
+    course = check_course(course)
+    check_assignment(course, assignment, graded=True)
+    reports = read_report(course, assignment)
+    with open_gradebook(course) as gradebook:
+        notebooks = [nb.name for nb in gradebook.find_assignment(assignment).notebooks]
+        in_gradebook = {s.student.id for s in gradebook.find_assignment(assignment).submissions}
+    for student in sorted(in_gradebook - set(reports)):      # graded by plain `nbgrader autograde`
+        reports[student] = {nb: NotebookReport(nb) for nb in notebooks}
+    write_csv(course, assignment, reports)
+    grades = gradebook_grades(course, assignment, reports)
+    pending = sorted(s for s in reports for cells in grades[s].values() for g in cells.values() if g.score is None)
+    left_out = sorted(set(reports) - in_gradebook)
+    log(f"wrote grades-{assignment}.csv and grades-{assignment}-cells.csv from the gradebook: {len(reports)} students, "
+        f"{len(set(pending))} with written answers still to grade by hand")
+    if left_out:
+        log(f"not in the gradebook, so not in `nbgrader export` (their notebooks could not be graded; the CSV's "
+            f"error column says why): {', '.join(left_out)}")
+    return reports
 
 
 def _clear_stages(staging, students):

@@ -1,5 +1,12 @@
 # nbgrader configuration of the course. The release tool (python -m autograder release) uses it, and an
 # instructor copies it into their own course directory (see the README, "For instructors").
+try:
+    # nbgrader runs `alembic` from PATH; importing the course's tools puts the environment's scripts on PATH, so
+    # that `venv/bin/nbgrader ...` works without activating the environment (autograder.tools_on_path).
+    import autograder  # noqa: F401
+except ImportError:
+    pass
+
 c = get_config()  # noqa: F821 (provided by nbgrader when it loads this file)
 
 c.CourseDirectory.course_id = "transformer-course"
@@ -11,3 +18,8 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Time limit per cell while grading (nbgrader always runs on past errors, so one broken exercise
 # costs only its own tests). Notebook 07 trains a small model, hence the generous limit.
 c.Execute.timeout = 600
+
+# Collecting submissions from an LMS (`nbgrader zip_collect ASSIGNMENT`): the course's collector reads the file
+# names of Canvas's and Moodle's "download all submissions" zips, late and re-uploaded ones included (see the
+# README, "For instructors", step 3, and autograder/collect.py).
+c.ZipCollectApp.collector_plugin = "autograder.collect.LMSCollector"

@@ -63,6 +63,8 @@ _CELL_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 _DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", re.MULTILINE)
 # An unmatched cell this similar to another release cell is that cell, edited: not an answer.
 _EDITED_COPY = 0.6
+# The end of the repair sentence for an answer cell the student deleted (check.py shows those in full).
+SCORES_NOTHING = "which scores nothing"
 
 
 class RepairError(Exception):
@@ -331,7 +333,7 @@ class _Repair:
             else:
                 cell = copy.deepcopy(self.release[r])
                 self.actions.append(f"re-inserted the missing {_kind(meta)} '{meta['grade_id']}' from "
-                                    f"the release" + (" as its empty stub, which scores nothing"
+                                    f"the release" + (f" as its empty stub, {SCORES_NOTHING}"
                                                       if meta.get("solution") else ""))
             out.insert(self.insertion_point(r, out, placed, stay), cell)
             placed[r] = cell

@@ -1,12 +1,17 @@
-"""A student's check before handing in (``python -m autograder check``, autograder/check.py), on notebook 03."""
+"""A student's check before handing in (``python -m autograder check``, autograder/check.py), on notebook 03.
+
+The report names cells as the student sees them (the exercise, the question, a cell's first line; never "cell
+22"), names the written questions still unanswered, says a Colab repair in one line (each repair with
+--verbose), and does not count a slow cell that nothing is graded in as costing points."""
 import copy
+import re
 import subprocess
 import sys
 
 import nbformat
 import pytest
 
-from autograder.check import check_notebook, find_release, render
+from autograder.check import check_notebook, find_release, render, unanswered_questions
 from autograder.sandbox import Limits
 from grading import ROOT, SOLUTIONS, nbgrader_cells, solved, with_answers
 
@@ -37,22 +42,44 @@ def test_a_correct_notebook_passes_and_the_command_exits_0(tmp_path):
     assert "will lose points" not in result.stdout and "repair" not in result.stdout, result.stdout
 
 
+SLOW_DEMO = "# my own timing demo\nimport time\ntime.sleep(30)"
+QUESTION = '"Suppose someone trains the decoder **without** the causal m…" (2 points)'
+
+
 def test_a_notebook_saved_by_colab_is_matched_to_its_release_and_passes():
-    notebook = saved_by_colab(CORRECT)
+    notebook = copy.deepcopy(CORRECT)
+    notebook.cells.insert(8, nbformat.v4.new_code_cell(SLOW_DEMO))   # a cell of the student's own, nothing graded
+    notebook = saved_by_colab(notebook)
     release = find_release(notebook, "Copy of 03_masking")   # Colab's name says nothing: matched by content
     assert release is not None and release.cells[0].source == RELEASE.cells[0].source
     report = check_notebook(notebook, release, LIMITS)
-    assert report.ok, render(report)
+    text, verbose = render(report), render(report, verbose=True)
+    assert report.ok and "will cost points" not in text, text
     assert any("restored the nbgrader metadata" in repair for repair in report.repairs), report.repairs
     assert [(e.name, e.passed, e.cells) for e in report.exercises] == [
         ("padding_mask", 3, 3), ("causal_mask", 4, 4), ("target_mask", 3, 3)]
+    # the slow cell, named by its first line; the repairs in one reassuring line, each of them with --verbose
+    assert report.slowed == ['the cell that begins "# my own timing demo": CellTimeoutError: the cell ran longer '
+                             'than 10 seconds, so it was stopped'], report.slowed
+    assert not report.slow and not re.search(r"\bcell \d", text), text
+    assert "restored the nbgrader metadata" not in text and "nothing of your work is lost" in text, text
+    assert len(text.splitlines()) < 15, text
+    assert all(repair in verbose for repair in report.repairs)
+
+
+def test_unanswered_written_questions_are_named_by_their_text():
+    notebook = copy.deepcopy(CORRECT)
+    assert unanswered_questions(notebook, RELEASE) == []
+    nbgrader_cells(notebook)["written_causal_leak"].source = "YOUR ANSWER HERE"
+    assert unanswered_questions(notebook, RELEASE) == [QUESTION]
 
 
 def test_the_finished_answer_is_refused_a_looping_cell_and_an_unanswered_exercise_are_reported():
     answers, stubs = nbgrader_cells(CORRECT), nbgrader_cells(RELEASE)
     notebook = with_answers(CORRECT, {"causal_mask": "from transformer_course import causal_mask",
                                       "padding_mask": answers["padding_mask"].source + "\nwhile True:\n    pass\n",
-                                      "target_mask": stubs["target_mask"].source})
+                                      "target_mask": stubs["target_mask"].source,
+                                      "written_causal_leak": stubs["written_causal_leak"].source})
     report = check_notebook(notebook, RELEASE, LIMITS)
     text = render(report)
     assert not report.ok and "Something above will cost points" in text
@@ -60,7 +87,8 @@ def test_the_finished_answer_is_refused_a_looping_cell_and_an_unanswered_exercis
     assert results["causal_mask"].refused and results["causal_mask"].passed == 0, text
     assert not results["padding_mask"].failures, text   # the looping cell defined it before it looped
     assert results["target_mask"].passed == 0 and "NotImplementedError" in results["target_mask"].failures[0], text
-    assert any("padding_mask" in cell and "ran longer than 10 seconds" in cell for cell in report.slow), text
+    assert any("your padding_mask" in cell and "ran longer than 10 seconds" in cell for cell in report.slow), text
+    assert report.unanswered == [QUESTION] and "Written questions not answered yet" in text and QUESTION in text, text
 
 
 def test_a_notebook_of_another_course_cannot_be_graded(tmp_path):

@@ -1,15 +1,19 @@
-"""`python -m autograder grade` and `feedback` on a course of hostile students.
+"""`python -m autograder grade`, `feedback` and `report` on a course of hostile students.
 
 A tiny assignment (two exercises, visible and hidden tests, a written answer) keeps this quick; each student
 breaks one exercise in one way, so every case checks both halves of the promise: zero where the submission
 broke things, full marks for the rest, and a batch that always completes. The course keeps its gradebook
 where its nbgrader_config.py says (not the default gradebook.db), grades one student in a second run
-(`--student`), and has one written answer graded by hand. The last test grades a real assignment of the
-course, to check that the grader agrees with the notebooks' own tests.
+(`--student`), and has one written answer graded by hand, after which `report` writes the CSVs again. Two
+submissions cannot be graded at all (a corrupt notebook, another assignment's): the run says "N graded, M
+failed", exits 1, and prints no traceback. Bad input (no course configuration, an unknown assignment or
+student) is refused in one line, with exit status 2, leaving nothing behind. The last test grades a real
+assignment of the course, to check that the grader agrees with the notebooks' own tests.
 """
 import copy
 import csv
 import html
+import json
 import shutil
 import subprocess
 import sys
@@ -20,6 +24,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from grading import ROOT, SOLUTIONS, answer_ids, nbgrader_cells, solved, with_answers
 from autograder import CONFIG
+from autograder.__main__ import main
 from autograder.sandbox import sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
@@ -110,12 +115,22 @@ def colab(notebook):
     return notebook
 
 
-def grade(root, *students):
+UNGRADABLE = ["corrupt", "stranger"]   # a notebook that is not JSON; another assignment's notebook
+
+
+def grade(root, *students, failed=()):
+    """One grading run; it must end with "N graded, M failed", exit 1 when M > 0, and print no traceback and
+    none of nbgrader's SQLAlchemy warnings."""
     result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--workers", "2",
                              "--cell-timeout", "8", "--memory", "3072", "--output", "20000",
                              *(f"--student={s}" for s in students)],
                             cwd=root, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, f"the grader failed:\n{result.stdout}\n{result.stderr}"
+    printed = f"{result.stdout}\n{result.stderr}"
+    assert result.returncode == (1 if failed else 0), f"the grader failed:\n{printed}"
+    summary = f"{len(students) - len(failed)} graded, {len(failed)} failed"
+    assert result.stdout.strip().splitlines()[-1].startswith(summary), printed
+    assert all(student in result.stdout.strip().splitlines()[-1] for student in failed), printed
+    assert "Traceback" not in printed and "SAWarning" not in printed, printed
 
 
 def grade_by_hand(root, marks):
@@ -149,9 +164,20 @@ def course(tmp_path_factory):
         folder.mkdir(parents=True)
         nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
         (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
-    grade(root, *(s for s in submissions if s != "good"))
+    corrupt = root / "submitted" / "corrupt" / ASSIGNMENT
+    corrupt.mkdir(parents=True)
+    (corrupt / f"{ASSIGNMENT}.ipynb").write_text('{"cells": [')
+    grade(root, *(s for s in [*submissions, "corrupt"] if s != "good"), failed=UNGRADABLE)
+    # An earlier version's `--student zoe` (no such folder) left a row for zoe: no later run may keep it.
+    report = root / ".autograder" / ASSIGNMENT / "report.json"
+    reports = json.loads(report.read_text())
+    report.write_text(json.dumps({**reports, "zoe": {ASSIGNMENT: {**reports["colab"][ASSIGNMENT], "error": "phantom"}}}))
     grade(root, "good")     # a second run for one student: the others' rows, reports and files stay
     grade_by_hand(root, MANUAL)
+    shutil.copy(root / f"grades-{ASSIGNMENT}.csv", root / "before-report.csv")
+    done = subprocess.run([sys.executable, "-m", "autograder", "report", ASSIGNMENT], cwd=root, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0 and "corrupt, stranger" in done.stdout, done.stdout + done.stderr
     feedback = subprocess.run([sys.executable, "-m", "autograder", "feedback", ASSIGNMENT],
                               cwd=root, capture_output=True, text=True, timeout=300)
     assert feedback.returncode == 0, f"feedback failed:\n{feedback.stdout}\n{feedback.stderr}"
@@ -215,19 +241,65 @@ def test_an_unmatchable_notebook_is_an_error_for_that_student_only(course):
     rows = {(r["student"], r["notebook"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
     assert "does not look like" in rows["stranger", ASSIGNMENT]["error"], rows["stranger", ASSIGNMENT]
     assert float(rows["stranger", ASSIGNMENT]["score"] or 0) == 0
-    assert float(rows["good", ASSIGNMENT]["score"]) == 2 and not rows["good", ASSIGNMENT]["error"]
+    assert float(rows["good", ASSIGNMENT]["score"]) == 3.5 and not rows["good", ASSIGNMENT]["error"]  # 1.5 by hand
 
 
 def test_the_csv_has_every_student(course):
-    """Also after the second run, which graded only "good": the first run's rows are kept."""
+    """Also after the second run, which graded only "good": the first run's rows are kept, and no row of a
+    student without a submission."""
     rows = list(csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv")))
-    assert sorted(r["student"] for r in rows) == sorted([*HOSTILE_ADD, "colab", "stranger"])
+    assert sorted(r["student"] for r in rows) == sorted([*HOSTILE_ADD, "colab", *UNGRADABLE])
+
+
+def test_a_submission_that_cannot_be_read_is_an_error_in_its_row(course):
+    rows = {r["student"]: r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
+    assert "could not be read" in rows["corrupt"]["error"] and float(rows["corrupt"]["score"] or 0) == 0
+    assert "\n" not in rows["corrupt"]["error"]
+
+
+def test_report_writes_the_csv_again_with_the_scores_given_by_hand(course):
+    """The CSV of a grading run is a snapshot: the written answer graded in the formgrader since is not in it."""
+    before = {r["student"]: r for r in csv.DictReader(open(course / "before-report.csv"))}
+    after = {r["student"]: r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
+    assert float(before["good"]["score"]) == 2 and float(before["good"]["awaiting_manual"]) == 2
+    assert float(after["good"]["score"]) == 3.5 and float(after["good"]["awaiting_manual"]) == 0
+    cells = {(r["student"], r["cell"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}-cells.csv"))}
+    assert float(cells["good", "why_add"]["score"]) == 1.5
+    assert sorted(after) == sorted(before), "report must keep every student, those nbgrader's export leaves out too"
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["grade", ASSIGNMENT, "--student", "zoe"], "no submission of ps1 from zoe"),
+    (["feedback", "nosuch"], "no assignment 'nosuch'"),
+    (["report", "nosuch"], "no assignment 'nosuch'"),
+    (["feedback", ASSIGNMENT, "--student", "zoe"], "nothing of zoe is graded"),
+])
+def test_bad_input_is_refused_in_one_line_and_changes_nothing(course, refused, argv, says):
+    files = sorted(p.relative_to(course) for p in course.rglob("*"))
+    csv_text = (course / f"grades-{ASSIGNMENT}.csv").read_text()
+    assert says in refused(main, [*argv, "--course", str(course)])
+    assert sorted(p.relative_to(course) for p in course.rglob("*")) == files
+    assert (course / f"grades-{ASSIGNMENT}.csv").read_text() == csv_text
+
+
+@pytest.mark.parametrize("command", ["grade", "feedback", "report"])
+@pytest.mark.parametrize("with_gradebook", [False, True])
+def test_a_folder_without_the_course_configuration_is_refused(course, tmp_path, refused, command, with_gradebook):
+    """Without nbgrader_config.py the gradebook, the folders and the limits would be nbgrader's defaults."""
+    for folder in ("source", "release", "submitted"):
+        shutil.copytree(course / folder, tmp_path / folder)
+    if with_gradebook:
+        shutil.copy(course / DATABASE, tmp_path / "gradebook.db")
+    files = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    line = refused(main, [command, ASSIGNMENT, "--course", str(tmp_path)])
+    assert "no nbgrader_config.py" in line
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == files, "it left files behind"
 
 
 def test_the_cells_csv_has_a_row_per_graded_cell_and_counts_written_answers_apart(course):
     cells = {(r["student"], r["cell"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}-cells.csv"))}
     assert {cell for student, cell in cells if student == "good"} == {"test_add", "test_mul", "why_add"}
-    assert {student for student, _ in cells} == {*HOSTILE_ADD, "colab"} - {"stranger"}
+    assert {student for student, _ in cells} == {*HOSTILE_ADD, "colab"}
     assert cells["patcher", "test_add"]["kind"] == "test" and float(cells["patcher", "test_add"]["score"]) == 0
     written = cells["colab", "why_add"]     # answered, not graded yet: no score, its points awaiting
     assert written["kind"] == "written" and written["score"] == "" and float(written["awaiting_manual"]) == 2
@@ -289,3 +361,16 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     assert full and all(score == top for score, top in full.values()), f"the solutions lost points: {full}"
     assert all(score == 0 for score, _ in untouched.values()), f"the untouched release scored: {untouched}"
     assert all(score == 0 for score, _ in finished.values()), f"the course's finished answers scored: {finished}"
+
+
+def test_local_workers_start_with_the_judges_modules_imported():
+    """The fork server imports torch, nbgrader and the course's oracles once; each worker is forked with them, so
+    a grading run does not pay seconds of imports per worker."""
+    from autograder.dispatch import PRELOADED, LocalPool
+
+    pool = LocalPool(1)
+    try:
+        loaded = pool.executor.submit(eval, f"[m for m in {PRELOADED!r} if m not in __import__('sys').modules]")
+        assert loaded.result(timeout=120) == [], "these modules were not imported before the worker's first job"
+    finally:
+        pool.close()

@@ -1,9 +1,11 @@
 """Students install one pinned version of the course: the one pyproject.toml names.
 
 Every notebook's install cell, its metadata and the README's install line and Colab badges follow the
-course's setting (``python -m autograder release`` writes them). The slow test does what a student on Colab
-does: in a fresh environment with only torch, it runs a notebook's install cell (against the repository's
-wheel instead of the pinned package) and the set-up cells.
+course's setting (``python -m autograder release`` writes them). The first notebooks install the course alone;
+spaCy, sacreBLEU and SentencePiece (the `text` extra) come only with the notebooks that use them, and importing the
+package never needs them. The slow test does what a student on Colab does: in a fresh environment with only
+torch, it runs a notebook's install cell (against the repository's wheel instead of the pinned package) and the
+set-up cells, first of notebook 01 (no extra installed), then of the others.
 """
 import json
 import os
@@ -17,7 +19,8 @@ import nbformat
 import pytest
 
 import transformer_course
-from autograder.release import Course, assignments, install_cell, install_cell_source, read_course, update_readme
+from autograder.release import (Course, assignments, course_install_cell, install_cell, install_cell_source, read_course,
+                                tomllib, update_readme)
 from grading import ROOT, SOLUTIONS
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -32,10 +35,9 @@ def read(folder, assignment):
 
 @pytest.mark.parametrize("folder", [SOLUTIONS, NOTEBOOKS], ids=["solutions", "notebooks"])
 def test_install_cells_install_the_course_version(folder):
-    expected = install_cell_source(COURSE.version, COURSE.package)
     for assignment in assignments(SOLUTIONS):
         notebook = read(folder, assignment)
-        assert install_cell(notebook).source == expected, f"{folder.name}/{assignment}: {STALE}"
+        assert install_cell(notebook).source == course_install_cell(COURSE, assignment), f"{folder.name}/{assignment}: {STALE}"
         assert notebook.metadata["transformer_course"] == {"version": COURSE.version}, f"{assignment}: {STALE}"
 
 
@@ -50,6 +52,43 @@ def test_readme_installs_and_opens_the_course_version():
 def test_the_package_reports_its_version():
     assert transformer_course.__version__ == COURSE.version, \
         "the installed metadata is stale: reinstall the package (pip install -e .)"
+
+
+TEXT = ("spacy", "sacrebleu", "sentencepiece")   # the `text` extra: tokenising, BLEU, subwords
+
+
+def test_only_the_notebooks_that_tokenise_or_score_bleu_install_the_text_extra():
+    """Notebooks 01-04 used to install spaCy, sacreBLEU and SentencePiece (about 44 packages, 27 s) they never use."""
+    assert COURSE.extras["text"] == TEXT
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        dependencies = " ".join(tomllib.load(file)["project"]["dependencies"])
+    assert not any(name in dependencies for name in TEXT), f"the course's own dependencies hold the text extra: {dependencies}"
+    for assignment in ("01_positional_encoding", "02_attention", "03_masking", "04_multi_head_attention",
+                       "05_layer_norm_feed_forward", "06_transformer"):
+        cell = course_install_cell(COURSE, assignment)
+        assert 'NEEDED = ["transformer_course"]' in cell and "[text]" not in cell, cell
+    for assignment in ("07_training", "08_decoding_bleu", "09_gpt"):
+        cell = course_install_cell(COURSE, assignment)
+        assert f'NEEDED = ["transformer_course", {", ".join(map(repr, TEXT))}]'.replace("'", '"') in cell, cell
+        assert f'"transformer-course[text] @ git+{COURSE.repository}@{COURSE.tag}"' in cell, cell
+    index = Course("transformer-course", "1.2.0", "https://github.com/someone/course", "index", COURSE.extras,
+                   COURSE.notebook_extras)
+    assert index.requirement(("text",)) == "transformer-course[text]==1.2.0"
+    assert "-e .[dev,text]" in (ROOT / "requirements.txt").read_text(), "CI and local set-ups must get every notebook's needs"
+
+
+def test_importing_the_package_needs_no_text_extra():
+    """Every module of the package imports without spaCy, sacreBLEU and SentencePiece; using one says what to install."""
+    script = ("import sys, pkgutil, importlib\n"
+              "for name in ('spacy', 'sacrebleu', 'sentencepiece'):\n    sys.modules[name] = None\n"
+              "import transformer_course\n"
+              "for module in pkgutil.walk_packages(transformer_course.__path__, 'transformer_course.'):\n"
+              "    importlib.import_module(module.name)\n"
+              "from transformer_course.data import spacy_tokenizer\n"
+              "try:\n    spacy_tokenizer('en')\nexcept ModuleNotFoundError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tokenising needs spacy, which comes with the course's `text` extra" in done.stdout, done.stdout
 
 
 def test_install_sources():
@@ -118,14 +157,25 @@ def run_cells(python, folder, *sources):
 def test_install_cell_installs_the_course_where_only_torch_is(tmp_path):
     wheel = build_wheel(tmp_path)
     python = torch_environment(tmp_path / "venv")
-    setups = [[cell for cell in read(NOTEBOOKS, name).cells if cell.cell_type == "code"][1].source
-              for name in assignments(SOLUTIONS)]
+    setups = {name: [cell for cell in read(NOTEBOOKS, name).cells if cell.cell_type == "code"][1].source
+              for name in assignments(SOLUTIONS)}
+    first = "01_positional_encoding"
 
-    output = run_cells(python, tmp_path, install_cell_source(COURSE.version, str(wheel)), *setups)
+    def install_cell_of(assignment, version=COURSE.version, package=wheel):
+        extras, modules = COURSE.needs(assignment)
+        return install_cell_source(version, f"{package}[{','.join(extras)}]" if extras else str(package), modules)
+
+    # Notebook 01 alone: the course, without the text extra.
+    found = f"import importlib.util\nprint('text extra:', [m for m in {TEXT} if importlib.util.find_spec(m)])"
+    output = run_cells(python, tmp_path, install_cell_of(first), setups[first], found)
+    assert MISMATCH not in output and "text extra: []" in output, output
+    # The others, in the same environment: notebook 07's cell installs the extra the course has now but lacks it.
+    output = run_cells(python, tmp_path, *(install_cell_of(name) for name in setups), *setups.values())
     assert MISMATCH not in output
     assert f"transformer_course {COURSE.version} from {tmp_path / 'venv'}" in output
+    run_cells(python, tmp_path, "import transformer_course, spacy, sacrebleu, sentencepiece")
 
     # Installed now: the cell installs nothing (pip would fail on this missing file) and reports the mismatch.
-    output = run_cells(python, tmp_path, install_cell_source("0.0.1", str(tmp_path / "missing.whl")), setups[0])
+    output = run_cells(python, tmp_path, install_cell_source("0.0.1", str(tmp_path / "missing.whl")), setups[first])
     assert f"{MISMATCH} 0.0.1; the installed transformer_course is {COURSE.version}" in output
-    assert f"%pip install {tmp_path / 'missing.whl'}" in output
+    assert f"%pip install '{tmp_path / 'missing.whl'}'" in output

@@ -1,10 +1,18 @@
-"""The student releases in notebooks/ are what nbgrader makes of solutions/, and give nothing away."""
+"""The student releases in notebooks/ are what nbgrader makes of solutions/, and give nothing away; the release
+command and nbgrader work from an environment that is not activated, and the command writes nothing outside the
+releases unless it runs on the course repository's own solutions."""
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import nbformat
 import pytest
 
-from autograder.release import assignments, generate_releases
+from autograder import CONFIG
+from autograder.__main__ import main
+from autograder.release import INSTALL_ID, assignments, generate_releases, install_cell
 from grading import ROOT, SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells
 
 NOTEBOOKS = ROOT / "notebooks"
@@ -59,7 +67,8 @@ def test_notebook_layout(assignment):
             visible = cell.source.split("### BEGIN HIDDEN TESTS")[0]
             assert "assert" in visible or "check_" in visible, f"{grade_id} has no visible test"
     code = [cell for cell in solution.cells if cell.cell_type == "code"]
-    assert "find_spec(\"transformer_course\")" in code[0].source, "the first code cell must install the course package"
+    assert code[0].metadata.get("nbgrader", {}).get("grade_id") == INSTALL_ID and "pip\", \"install" in code[0].source, \
+        "the first code cell must install the course package"
     setup = code[1].source
     for name in ("import math", "import torch", "import torch.nn as nn", "import torch.nn.functional as F"):
         assert name in setup, f"the setup cell of {assignment} lacks `{name}`"
@@ -93,3 +102,47 @@ def test_rubrics_stay_with_the_instructor(assignment):
         assert "point" in rubric, f"the rubric of {grade_id} gives no points"
         leaked = [line for line in rubric.splitlines() if len(line.strip()) > 20 and line.strip() in released]
         assert not leaked, f"the release of {assignment} contains the rubric of {grade_id}: {leaked[0]!r}"
+
+
+# A PATH without the virtual environment's scripts, as from `venv/bin/python ...` when it is not activated:
+# nbgrader runs `alembic` from PATH to make a gradebook.
+NOT_ACTIVATED = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+MY_INSTALL = "# the instructor's own install cell\nimport transformer_course"
+
+
+def test_release_in_a_course_directory_writes_nothing_but_the_releases(tmp_path):
+    """Given a course directory's sources, `release` must leave them (and any README) as they are, and it works
+    from an environment that is not activated."""
+    assignment = "03_masking"
+    shutil.copytree(SOLUTIONS / assignment, tmp_path / "source" / assignment)
+    source = tmp_path / "source" / assignment / f"{assignment}.ipynb"
+    notebook = nbformat.read(source, as_version=4)
+    install_cell(notebook).source = MY_INSTALL
+    nbformat.write(notebook, source)
+    (tmp_path / "README.md").write_text("pip install `pip install git+https://github.com/me/mine@main`\n")
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    done = subprocess.run([sys.executable, "-m", "autograder", "release", "--solutions", "source", "--notebooks",
+                           "release"], cwd=tmp_path, env=NOT_ACTIVATED, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {path: path.read_bytes() for path in before} == before, "release changed files outside release/"
+    released = read(tmp_path / "release", assignment)
+    assert install_cell(released).source == MY_INSTALL and "BEGIN SOLUTION" not in json.dumps(released)
+
+
+def test_release_where_there_are_no_solutions_is_refused_in_one_line(tmp_path, monkeypatch, refused):
+    monkeypatch.chdir(tmp_path)       # a course directory: source/, no solutions/
+    (tmp_path / "source").mkdir()
+    assert "nbgrader generate_assignment" in refused(main, ["release"])
+    assert "no such assignment" in refused(main, ["release", "--solutions", str(SOLUTIONS), "99_nothing"])
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "source"]
+
+
+def test_nbgrader_works_with_the_course_configuration_from_an_environment_that_is_not_activated(tmp_path):
+    """`venv/bin/nbgrader generate_assignment` failed with FileNotFoundError: 'alembic' and released nothing."""
+    shutil.copy(CONFIG, tmp_path / "nbgrader_config.py")
+    shutil.copytree(SOLUTIONS / "03_masking", tmp_path / "source" / "03_masking")
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    done = subprocess.run([str(nbgrader), "generate_assignment", "03_masking"], cwd=tmp_path, env=NOT_ACTIVATED,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "alembic" not in done.stderr, done.stderr[-2000:]
+    assert (tmp_path / "release" / "03_masking" / "03_masking.ipynb").is_file()

@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from typing import NamedTuple
 
+from .extras import import_extra
+
 __all__ = ["ngram_counts", "bleu_statistics", "corpus_bleu", "sentence_bleu", "detokenize", "capitalize_first",
            "sacrebleu_score", "BleuReport", "bleu_report"]
 
@@ -114,8 +116,7 @@ def sacrebleu_score(hypotheses, references, **options):
     """sacreBLEU of detokenised hypothesis strings against raw reference strings (one each):
     a `sacrebleu.BLEUScore`, and its signature string. `options` go to `sacrebleu.metrics.BLEU`
     (the defaults are the standard: cased, 13a tokenisation, exp smoothing)."""
-    from sacrebleu.metrics import BLEU  # imported here: only reporting needs it
-    metric = BLEU(**options)
+    metric = import_extra("sacrebleu.metrics", "the sacreBLEU score").BLEU(**options)  # only reporting needs it
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return score, str(metric.get_signature())
 

@@ -31,7 +31,9 @@ import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader, Dataset, Sampler
-from tqdm.auto import tqdm
+from .progress import tqdm
+
+from .extras import import_extra
 
 __all__ = [
     "BASE_URL", "SHA256SUMS", "LINE_COUNTS", "SPECIALS",
@@ -243,7 +245,7 @@ def load_split(split, **fetch_options):
 @functools.lru_cache(maxsize=None)
 def spacy_tokenizer(lang):
     """spaCy's rule-based tokenizer for `lang`. A blank pipeline needs no download, so it works offline."""
-    import spacy  # imported here: it takes seconds, and only tokenising needs it
+    spacy = import_extra("spacy", "tokenising")  # imported here: it takes seconds, and only tokenising needs it
     return spacy.blank(lang).tokenizer
 
 

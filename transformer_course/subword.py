@@ -13,6 +13,8 @@ import io
 from collections import Counter
 from pathlib import Path
 
+from .extras import import_extra
+
 __all__ = ["SubwordTokenizer", "learn_bpe", "apply_bpe"]
 
 WORD_START = "\u2581"  # SentencePiece's mark of a word's first piece, "▁"
@@ -61,11 +63,7 @@ def apply_bpe(word: str, merges: list) -> list:
 
 
 def _sentencepiece():
-    try:
-        import sentencepiece
-    except ImportError as error:  # pragma: no cover - it is a dependency of the package
-        raise ImportError("the subword vocabulary needs SentencePiece: pip install sentencepiece") from error
-    return sentencepiece
+    return import_extra("sentencepiece", "the subword vocabulary")
 
 
 class SubwordTokenizer:
