@@ -447,6 +447,19 @@ def test_decoder_stack_matches_nn_transformer_decoder(norm_first):
     torch.testing.assert_close(output, expected)
 
 
+def test_unregistered_layers_counts_the_layers_a_plain_list_hides():
+    """Notebook 06's hint for a stack whose layers are in a plain list: its .eval() does not reach them."""
+    from transformer_course.probes.transformer import unregistered_layers
+
+    encoder = Encoder(2, 16, 4, 32)
+    assert unregistered_layers(encoder) == 0
+    layers = list(encoder.layers)
+    del encoder.layers
+    encoder.layers = layers                     # a plain list: not a submodule
+    assert unregistered_layers(encoder) == 2
+    assert all(layer.training for layer in encoder.eval().layers)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_decoder_is_causal_by_gradients(norm_first):
     decoder = randomize_(Decoder(2, D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first)).double()

@@ -348,6 +348,28 @@ def test_finished_hypotheses_are_kept_and_live_ones_count_at_max_len():
     assert beam_search(model, src, 3, 1, BOS, EOS) == [BOS]
 
 
+def test_a_beam_that_shrinks_for_good_misses_the_best_hypothesis_of_the_slot_table():
+    """Notebook 08's visible test of the variant: every step keeps beam_size extensions, however many have finished."""
+    from transformer_course.oracles.decoding import reference_beam as oracle_beam
+    from transformer_course.probes.decoding import beam_slot_table
+
+    assert beam_search(TableModel(7, beam_slot_table), torch.tensor([[3]]), 2, 6, BOS, EOS) == [BOS, 3, 5, EOS]
+    assert oracle_beam(beam_slot_table, (3,), 2, 6, BOS, EOS, 0.6, 7) == [BOS, 3, 5, EOS]
+    assert oracle_beam(beam_slot_table, (3,), 2, 6, BOS, EOS, 0.6, 7, shrink=True) == [BOS, EOS]
+
+
+def test_the_stand_in_searches_tell_every_two_known_beam_mistakes_apart():
+    """The hidden tests name a mistake only if it also gives the answer's results on the stand-in searches: for
+    every two known mistakes, one of those searches must tell them apart."""
+    from transformer_course.oracles.decoding import beam_mistakes
+    from transformer_course.probes.decoding import stand_in_searches
+
+    produced = [beam_mistakes(case.table, (3,), case.beam_size, case.max_len, BOS, EOS, case.alpha, case.vocab_size)
+                for case in stand_in_searches()]
+    for first, second in itertools.combinations(produced[0], 2):
+        assert any(each[first] != each[second] for each in produced), f"nothing tells apart: {first} / {second}"
+
+
 def test_beam_search_on_a_real_transformer_with_beam_1_is_greedy():
     torch.manual_seed(1)
     model = Transformer(11, 13, d_model=16, n_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32).eval()

@@ -180,6 +180,25 @@ def test_train_step_clips_the_gradient_norm():
     assert math.isclose((params(model) - before).norm().item(), 0.01, rel_tol=1e-3)
 
 
+def test_the_zero_grad_probe_sees_gradients_left_from_the_step_before():
+    """Notebook 07's visible test of zero_grad: with SGD(lr=0) two steps on one batch compute the same gradient, so
+    optimizer.step() receives it twice over when the first step's gradients were not cleared."""
+    from transformer_course.probes.training import step_gradient_norms
+
+    def without_zero_grad(model, src, tgt, optimizer, scheduler=None, pad_idx=0, smoothing=0.1, clip=1.0):
+        logits = model(src, tgt[:, :-1])
+        loss = label_smoothing_loss(logits.reshape(-1, logits.size(-1)), tgt[:, 1:].reshape(-1), smoothing, pad_idx)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), clip)
+        optimizer.step()
+        return loss.item()
+
+    first, second = step_gradient_norms(train_step, {})["norms"]
+    assert first > 0 and math.isclose(first, second, rel_tol=1e-6)
+    first, second = step_gradient_norms(without_zero_grad, {})["norms"]
+    assert math.isclose(second, 2 * first, rel_tol=1e-5)
+
+
 # ----------------------------------------------------------------------------- teacher-forced scores, checkpoints
 
 def test_evaluate_weights_every_token_once_and_keeps_the_mode():

@@ -72,8 +72,13 @@ WRONG = [
            "the mask polarity is inverted"),
     Answer("scaled_dot_product_attention", "fills the masked scores with 0",
            changed((FILL, "scores = scores.masked_fill(~mask, 0)"), (ZERO_BLOCK, "")), "filling with 0 is not enough"),
+    # filled with 0 and zeroed after the softmax: masked keys get weight 0, but the rows no longer sum to 1
+    *[Answer("scaled_dot_product_attention", f"scores filled with 0, weights zeroed ({why})",
+             changed((FILL, "scores = scores.masked_fill(~mask, 0)")), "filled with 0", misleading=wrong_hint)
+      for why, wrong_hint in (("no after-softmax hint", "applied after the softmax"),
+                              ("no softmax-dimension hint", "dim=-1"))],
     Answer("scaled_dot_product_attention", "masks the weights after the softmax without renormalising",
-           changed(("        " + FILL + "\n", "        pass\n")), "was the mask applied after the softmax"),
+           changed(("        " + FILL + "\n", "        pass\n")), "the mask was applied after the softmax"),
     Answer("scaled_dot_product_attention", "ignores the mask",
            changed(("        " + FILL + "\n", "        pass\n"), (ZERO_BLOCK, "")), "the mask is ignored"),
     Answer("scaled_dot_product_attention", "-inf fill gives NaN for a fully masked row",
@@ -83,6 +88,13 @@ WRONG = [
     Answer("scaled_dot_product_attention", "replaces NaN in place in the softmax output (backward fails)",
            changed((FILL, "scores = scores.masked_fill(~mask, float('-inf'))"),
                    (ZERO, "p_attn[torch.isnan(p_attn)] = 0.0")), "backward() through"),
+    # scales the query in place: the caller's tensor changes (each misleading hint is one the tests used to give)
+    *[Answer("scaled_dot_product_attention", f"query /= sqrt(d_k) in place ({wrong_hint[:24]})",
+             changed(("    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)",
+                      "    query /= math.sqrt(d_k)\n    scores = torch.matmul(query, key.transpose(-2, -1))")),
+             "modified `query` in place", misleading=wrong_hint)
+      for wrong_hint in ("the scores are not scaled", "differs from attention on that slice", "keep their proportions",
+                         "eval mode", "multiplied by sqrt(d_k)")],
     # dropout
     Answer("scaled_dot_product_attention", "returns the weights after dropout",
            changed((RETURN, "return torch.matmul(p_drop, value), p_drop")), "the returned weights are the ones after dropout"),

@@ -126,7 +126,8 @@ WRONG = [
            mha(store="self.attn = weights.mean(dim=1).detach()"), "averaged over the heads"),
     Answer("MultiHeadAttention", "unsqueezes the mask as the Annotated Transformer does for its [B, 1, Tk] masks",
            mha(attend="heads, weights = scaled_dot_product_attention(q, k, v, "
-                      "mask.unsqueeze(1) if mask is not None else None, self.dropout)"), "no unsqueeze"),
+                      "mask.unsqueeze(1) if mask is not None else None, self.dropout)"), "no unsqueeze",
+           misleading="x must be [batch, heads, seq, d_k]"),
     Answer("MultiHeadAttention", "scales the scores by sqrt(d_model)",
            mha(attend=inline(scale="self.d_k * self.n_heads")), "divided by sqrt(d_model)"),
     Answer("MultiHeadAttention", "projects the values from key (key and value mixed up)",
@@ -161,6 +162,8 @@ WRONG = [
            misleading="no unsqueeze"),
     Answer("MultiHeadAttention", "keeps the dropout rate, a float, and calls it as a module",
            mha(dropout="dropout", attend=inline()), "'float' object is not callable", misleading="no unsqueeze"),
+    Answer("MultiHeadAttention", "keeps the dropout rate, a float (a TypeError is no shape error: no cross-attention hint)",
+           mha(dropout="dropout", attend=inline()), "'float' object is not callable", misleading="cross-attention"),
     Answer("MultiHeadAttention", "never checks that d_model is divisible by n_heads",
            mha(check="pass"), "should raise ValueError"),
 ]

@@ -44,11 +44,12 @@ def feed_forward(linear1="nn.Linear(d_model, d_ff)", linear2="nn.Linear(d_ff, d_
 
 WRONG = [
     # LayerNorm
+    # every failing cell names the mistake ("N of M values off" alone is no hint)
     Answer("LayerNorm", "unbiased variance (torch.var's default)",
-           layer_norm(var="x.var(dim=-1, keepdim=True)"), "unbiased variance"),
+           layer_norm(var="x.var(dim=-1, keepdim=True)"), "unbiased variance", misleading="values off"),
     Answer("LayerNorm", "the Annotated Transformer's torch.std (unbiased) + eps",
            layer_norm(out="self.gamma * (x - mean) / (x.std(dim=-1, keepdim=True) + self.eps) + self.beta"),
-           "unbiased variance"),
+           "unbiased variance", misleading="values off"),
     Answer("LayerNorm", "eps added to the biased standard deviation, outside the square root",
            layer_norm(out="self.gamma * (x - mean) / (torch.sqrt(var) + self.eps) + self.beta"),
            "inside the square root"),
@@ -62,7 +63,8 @@ WRONG = [
            layer_norm(mean="x.mean(dim=(-2, -1), keepdim=True)", var="((x - mean) ** 2).mean(dim=(-2, -1), keepdim=True)"),
            "must be taken over the last dimension"),
     Answer("LayerNorm", "forgets keepdim=True",
-           layer_norm(mean="x.mean(dim=-1)", var="x.var(dim=-1, unbiased=False)"), "keepdim=True"),
+           layer_norm(mean="x.mean(dim=-1)", var="x.var(dim=-1, unbiased=False)"), "keepdim=True",
+           misleading="raised RuntimeError: The size of tensor"),
     Answer("LayerNorm", "gamma and beta as plain tensors",
            layer_norm(gamma="torch.ones(d_model)", beta="torch.zeros(d_model)"), "nn.Parameter"),
     Answer("LayerNorm", "gamma and beta initialised the other way round",
@@ -103,7 +105,8 @@ class LayerNorm(nn.Module):
     Answer("PositionwiseFeedForward", "no ReLU",
            feed_forward(forward="self.linear2(self.dropout(self.linear1(x)))"), "no ReLU between"),
     Answer("PositionwiseFeedForward", "GELU instead of ReLU",
-           feed_forward(forward="self.linear2(self.dropout(F.gelu(self.linear1(x))))"), "GELU"),
+           feed_forward(forward="self.linear2(self.dropout(F.gelu(self.linear1(x))))"), "GELU",
+           misleading="in eval mode (dropout off)"),
     Answer("PositionwiseFeedForward", "ReLU after linear2",
            feed_forward(forward="torch.relu(self.linear2(self.dropout(self.linear1(x))))"), "applied after linear2"),
     Answer("PositionwiseFeedForward", "linear layers without bias",

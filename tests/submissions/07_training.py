@@ -114,6 +114,13 @@ WRONG = [
            vocab(RIGHT_SELECT, update="set(tokens)"), "once per sentence"),
     Answer("build_vocab", "ascending counts",
            vocab(RIGHT_SELECT.replace("(-counts[t], t)", "(counts[t], t)")), "ascending count"),
+    Answer("build_vocab", "reads the sentences twice (a generator is empty the second time)", '''
+def build_vocab(sentences, min_freq=2, specials=("<pad>", "<unk>", "<bos>", "<eos>")):
+    words = {token for tokens in sentences for token in tokens}
+    counts = Counter(token for tokens in sentences for token in tokens)
+    kept = sorted((t for t in words if counts[t] >= min_freq and t not in specials), key=lambda t: (-counts[t], t))
+    return Vocab(list(specials) + kept)
+''', "a second pass over `sentences` finds nothing"),
     Answer("build_vocab", "its own vocabulary class maps unknown tokens to 0 (<pad>)",
            OWN_VOCAB_CLASS.replace("{unknown}", "0"), "unknown tokens get the id of <unk>"),
     # label_smoothing_loss
@@ -137,6 +144,9 @@ def label_smoothing_loss(logits, target, smoothing=0.1, ignore_index=-100):
     loss = -(true_dist * log_probs).sum(dim=-1)
     return loss[keep].mean()
 ''', "smoothing / (V - 1)"),
+    Answer("label_smoothing_loss", "only the (1 - smoothing) * NLL term",
+           smoothing().replace("loss = (1 - smoothing) * nll + smoothing * uniform", "loss = (1 - smoothing) * nll"),
+           "only the first term"),
     Answer("label_smoothing_loss", "divides by all positions, ignored ones included",
            smoothing(reduce="(loss * keep).sum() / len(target)"), "divided by all"),
     Answer("label_smoothing_loss", "averages over all positions, the ignored ones too",
@@ -191,7 +201,7 @@ def label_smoothing_loss(logits, target, smoothing=0.1, ignore_index=-100):
     Answer("train_step", "clips by value", step(after_loss=RIGHT_AFTER.replace("clip_grad_norm_", "clip_grad_value_")),
            "clip_grad_norm_"),
     Answer("train_step", "never zeroes the gradients", step(after_loss=RIGHT_AFTER.replace("\n    optimizer.zero_grad()", "")),
-           "zero_grad"),
+           "the second optimizer.step() received gradients"),
     Answer("train_step", "zeroes the gradients between backward and step",
            step(after_loss="""loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

@@ -134,7 +134,7 @@ WRONG = [
     Answer("beam_search", "chooses the answer by the raw sum of log-probabilities",
            beam(score="c[1]"), "chosen by the raw sum"),
     Answer("beam_search", "counts <bos> in n", beam(score="c[1] / ((5 + len(c[0])) / 6) ** length_penalty"),
-           "n counts <bos>"),
+           "n counts <bos>: n is the number of ids after <bos> (<eos> included), 4 here"),
     Answer("beam_search", "ignores the length_penalty argument",
            beam(score="c[1] / ((5 + len(c[0]) - 1) / 6) ** 0.6"), "is the length_penalty argument used"),
     Answer("beam_search", "keeps finished hypotheses in the beam (they compete for its places)", '''
@@ -157,6 +157,19 @@ def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty
             break
     return max(beam, key=lambda c: c[1] / ((5 + len(c[0]) - 1) / 6) ** length_penalty)[0]
 ''', "finished hypotheses stay in the beam", misleading="length_penalty argument"),
+    Answer("beam_search", "shrinks the beam for good: one place fewer per finished hypothesis (CS224N's variant)",
+           beam().replace("kept = candidates[:beam_size]", "kept = candidates[:max(beam_size - len(finished), 0)]"),
+           "as in CS224N's variant", misleading="stay in the beam"),
+    Answer("beam_search", "multiplies by length_penalty instead of raising to it (divides by zero at 0)",
+           beam(score="c[1] / (((5 + len(c[0]) - 1) / 6) * length_penalty)"), "length_penalty is the exponent",
+           misleading="check the shapes"),
+    Answer("beam_search", "length_penalty as a factor of the score", beam(score="c[1] * length_penalty / ((5 + len(c[0]) - 1) / 6)"),
+           "used as a factor", misleading="argument is ignored"),
+    Answer("beam_search", "multiplies probabilities instead of adding log-probabilities",
+           beam(log_probs="F.softmax(model.generator(out[:, -1]), dim=-1)")
+           .replace("score + log_probs[row, token].item()", "score * log_probs[row, token].item()")
+           .replace("live = [([bos_idx], 0.0)]", "live = [([bos_idx], 1.0)]"),
+           "probabilities are multiplied", misleading="raw sum"),
     Answer("beam_search", "drops finished hypotheses", beam(keep="live = [c for c in kept if c[0][-1] != eos_idx]"),
            "set aside as finished"),
     Answer("beam_search", "returns the hypothesis without <bos>", beam(result="best[0][1:]"), "starts with bos_idx"),

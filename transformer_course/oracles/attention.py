@@ -20,6 +20,31 @@ from ..probes.attention import random_keep  # noqa: F401  (the hidden tests' mas
 from ..probing import Raised, returned
 
 
+FILLED_WITH_ZERO = ("the masked scores were filled with 0 before the softmax, so the masked keys still took a share exp(0) of "
+                    "each row's weight, and zeroing their weights afterwards leaves rows that no longer sum to 1: fill "
+                    "the masked scores with float('-inf') or a very large negative number")
+AFTER_SOFTMAX = ("the mask was applied after the softmax, so the remaining weights no longer sum to 1: mask the scores "
+                 "before the softmax, so that the remaining weights are renormalised")
+IN_PLACE = ("your function modified `{}` in place (an in-place operation such as `x /= c`, `x.div_(c)` or "
+            "`x.masked_fill_(...)` on an argument): the caller's tensor changed, and its next call with it gets other "
+            "inputs. Compute new tensors instead, e.g. scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)")
+
+
+def in_place_check(changed):
+    """For a judge: the names of the arguments the function changed in place (probes.attention.on_copies) must be
+    none."""
+    assert not changed, IN_PLACE.format(changed[0])
+
+
+def masked_row_hint(weights, query, key, mask):
+    """Why masked weights whose rows do not sum to 1 are wrong, when they are what a known mistake gives ("" when
+    none fits: a guess would mislead)."""
+    for hint, mistake in ((FILLED_WITH_ZERO, {"fill": 0.0, "after": True}), (AFTER_SOFTMAX, {"after": True})):
+        if _close(weights, _formula(query, key, key, mask, **mistake)[1], 1e-5):
+            return hint
+    return ""
+
+
 def call(answer, what, *args, **kwargs):
     """The student's function, checked to return the pair (output, weights)."""
     try:
@@ -82,8 +107,8 @@ def _weight_mistakes(q, k, v, keep=None):
         "the rows whose every key is masked got uniform weights; all their keys are masked, so all their "
         "weights must be 0: set the weights of masked keys to 0 after the softmax":
             lambda: _formula(q, k, v, keep, fill=-1e9)[1],
-        "the mask was applied after the softmax, so the remaining weights no longer sum to 1: mask the "
-        "scores before the softmax": lambda: _formula(q, k, v, keep, after=True)[1],
+        FILLED_WITH_ZERO: lambda: _formula(q, k, v, keep, fill=0.0, after=True)[1],
+        AFTER_SOFTMAX: lambda: _formula(q, k, v, keep, after=True)[1],
         "the scores are not scaled: divide q·k by sqrt(d_k)": lambda: _formula(q, k, v, keep, scale=1.0)[1],
         "the scores are divided by d_k instead of sqrt(d_k)": lambda: _formula(q, k, v, keep, scale=d_k)[1],
         "the scores are divided by sqrt(d_v), the size of value, instead of sqrt(d_k), the size of "

@@ -70,10 +70,12 @@ def penalised(total, ids, alpha, n_offset=0):
 
 
 def reference_beam(table, source, beam_size, max_len, bos, eos, alpha, vocab_size, keep_finished_live=False,
-                   choose="penalised", n_offset=0, drop_finished=False, stop_when_top_finished=False, raw_scores=False):
-    """The contract's beam search on Python lists, with knobs that reproduce known mistakes (used to name them)."""
+                   choose="penalised", n_offset=0, drop_finished=False, stop_when_top_finished=False, raw_scores=False,
+                   shrink=False):
+    """The contract's beam search on Python lists, with knobs that reproduce known mistakes (used to name them).
+    ``shrink``: the beam shrinks for good, one place fewer for each finished hypothesis (CS224N's variant)."""
     live, finished = [(0.0, (bos,))], []
-    while live and len(live[0][1]) < max_len:
+    while live and len(live[0][1]) < max_len and not (shrink and len(finished) >= beam_size):
         candidates = []
         for total, ids in live:
             if keep_finished_live and len(ids) > 1 and ids[-1] == eos:
@@ -82,7 +84,7 @@ def reference_beam(table, source, beam_size, max_len, bos, eos, alpha, vocab_siz
             lp = table(tuple(source), ids) if raw_scores else log_probs(table, source, ids)
             candidates += [(total + lp[token], ids + (token,)) for token in range(vocab_size)]
         candidates.sort(key=lambda c: -c[0])
-        kept = candidates[:beam_size]
+        kept = candidates[:beam_size - len(finished) if shrink else beam_size]
         if keep_finished_live:
             live = kept
             if all(ids[-1] == eos for _, ids in kept) or max(len(ids) for _, ids in kept) >= max_len:
@@ -96,6 +98,8 @@ def reference_beam(table, source, beam_size, max_len, bos, eos, alpha, vocab_siz
     pool = finished + live
     if choose == "raw":
         key = lambda c: c[0]
+    elif choose == "probability":      # the product of the probabilities, divided by the penalty
+        key = lambda c: math.exp(c[0]) / ((5 + len(c[1]) - 1) / 6) ** alpha
     else:
         key = lambda c: penalised(c[0], c[1], alpha, n_offset)
     return list(max(pool, key=key)[1]) if pool else []
@@ -110,6 +114,11 @@ def logits_table(table):
     return scores
 
 
+EXPONENT = "length_penalty is the exponent, ((5 + n) / 6) ** length_penalty, not a factor"
+FACTOR_PENALTY = ("length_penalty is used as a factor (then every length_penalty > 0 ranks the hypotheses as 1 does): "
+                  + EXPONENT)
+
+
 def beam_mistakes(table, source, beam_size, max_len, bos, eos, alpha, vocab_size):
     """What known mistakes would return, by description."""
     args = (table, source, beam_size, max_len, bos, eos)
@@ -119,8 +128,15 @@ def beam_mistakes(table, source, beam_size, max_len, bos, eos, alpha, vocab_size
         "n counts <bos>: n is the number of ids AFTER <bos> (<eos> included)":
             reference_beam(*args, alpha, vocab_size, n_offset=1),
         "the length_penalty argument is ignored (0.6 is used whatever it is)": reference_beam(*args, 0.6, vocab_size),
+        FACTOR_PENALTY: reference_beam(*args, 1.0, vocab_size) if alpha else None,
+        "the probabilities are multiplied, and the penalty divides their product (which favours short hypotheses): "
+        "add log-probabilities (F.log_softmax), a negative sum that the penalty divides":
+            reference_beam(*args, alpha, vocab_size, choose="probability"),
         "finished hypotheses stay in the beam and take its places: set them aside when they end in <eos>":
             reference_beam(*args, alpha, vocab_size, keep_finished_live=True),
+        "the beam shrinks for good, one place fewer for every finished hypothesis (CS224N's variant): a finished "
+        "hypothesis takes a place only in the step where it ends, and every step keeps beam_size extensions of the "
+        "live hypotheses": reference_beam(*args, alpha, vocab_size, shrink=True),
         "finished hypotheses are dropped: keep every kept extension that ends in <eos> aside, and choose among "
         "them and the live ones at the end": reference_beam(*args, alpha, vocab_size, drop_finished=True),
         "the search stops as soon as the best extension ends in <eos>: go on while any hypothesis is live":
@@ -145,6 +161,15 @@ GREEDY_HINT = ("Check the shapes: ys is [B, t]; model.decode(ys, memory, src_mas
 BEAM_HINT = ("Check the shapes step by step: live hypotheses [k, t]; model.decode(live, memory.expand(k, -1, -1), "
              "src_mask, causal_mask(t)) gives [k, t, d]; the log-probabilities of the next token [k, vocab]; "
              "the candidates' sums, flattened, [k * vocab].")
+
+
+def beam_outcome(result, what, alpha=None):
+    """outcome() of a beam_search call with length_penalty=alpha: a division by zero with length_penalty=0 says
+    where it comes from, other failures get the shapes' hint."""
+    if isinstance(result, Raised) and result.type_name == "ZeroDivisionError" and alpha == 0:
+        raise AssertionError(f"{what} failed with ZeroDivisionError: {result.message}. With length_penalty=0 the "
+                             "penalty ((5 + n) / 6) ** 0 is 1: " + EXPONENT)
+    return outcome(result, what, BEAM_HINT)
 
 
 def outcome(result, what, hint=None):
@@ -210,8 +235,7 @@ def check_beam(case, result, what=None, stand_ins=()):
                                                               case.eos, case.alpha, case.vocab_size)
     source = tuple(unpadded(case.src, case.pad)[0])
     what = what or f"beam_search(model, src, beam_size={beam_size}, max_len={max_len}, length_penalty={alpha})"
-    got = as_id_list(outcome(result["out"], what, "check the shapes step by step (live hypotheses [k, t], "
-                             "scores [k, vocab])"), what)
+    got = as_id_list(beam_outcome(result["out"], what, alpha), what)
     expected = reference_beam(table, source, beam_size, max_len, bos, eos, alpha, vocab_size)
     if got == expected:
         return

@@ -18,11 +18,16 @@ import torch
 import torch.nn.functional as F
 
 from .. import testing
+from ..probing import Raised, returned
+
+KEEPDIM_HINT = ("did you forget keepdim=True? The mean and variance must keep a last dimension of size 1 to "
+                "broadcast against x")
 
 
 def _standardised(x, eps, *, dims=(-1,), correction=0, eps_outside=False, no_keepdim=False):
-    """Standardisation written out in float64; the keyword arguments build what common mistakes produce."""
-    x = x.detach().double()
+    """Standardisation written out in float64 (differentiable in ``x``); the keyword arguments build what common
+    mistakes produce."""
+    x = x.double()
     n = 1
     for d in dims:
         n *= x.shape[d]
@@ -35,19 +40,27 @@ def _standardised(x, eps, *, dims=(-1,), correction=0, eps_outside=False, no_kee
     return (x - mean) / (var + eps).sqrt()
 
 
+def _affine_mistakes(x, gamma, beta, eps):
+    """What the common mistakes of the variance and eps give, then scaled by ``gamma`` and shifted by ``beta``
+    (float64), to name them in the message."""
+    def made(**mistake):
+        return lambda: gamma * _standardised(x, eps, **mistake) + beta
+    return {
+        "the unbiased variance (dividing by d - 1, the default of torch.var / torch.std); "
+        "layer norm divides by d (unbiased=False)": made(correction=1),
+        "eps is added to the standard deviation; it belongs inside the square root: sqrt(var + eps)":
+            made(eps_outside=True),
+        "torch.std (unbiased) plus eps: use the biased variance and put eps inside the square root":
+            made(correction=1, eps_outside=True),
+    }
+
+
 def _value_mistakes(x, eps):
     """What the common mistakes of the standardisation give for ``x``, to name them in the message."""
     shape = tuple(x.shape)
-    mistakes = {
-        "the unbiased variance (dividing by d - 1, the default of torch.var / torch.std); "
-        "layer norm divides by d (unbiased=False)": lambda: _standardised(x, eps, correction=1),
-        "eps is added to the standard deviation; it belongs inside the square root: sqrt(var + eps)":
-            lambda: _standardised(x, eps, eps_outside=True),
-        "torch.std (unbiased) plus eps: use the biased variance and put eps inside the square root":
-            lambda: _standardised(x, eps, correction=1, eps_outside=True),
-        "the statistics were taken over dimension 0, across the batch (batch norm); use the last dimension":
-            lambda: _standardised(x, eps, dims=(0,)),
-    }
+    mistakes = _affine_mistakes(x, 1.0, 0.0, eps)
+    mistakes["the statistics were taken over dimension 0, across the batch (batch norm); use the last dimension"] = \
+        lambda: _standardised(x, eps, dims=(0,))
     if eps != 1e-5:
         mistakes["the eps argument is ignored (hard-coded 1e-5?): use the eps given to __init__"] = \
             lambda: _standardised(x, 1e-5)
@@ -61,6 +74,14 @@ def _value_mistakes(x, eps):
         mistakes["keepdim=True is missing: without it the mean of row i is subtracted from column i"] = \
             lambda: _standardised(x, eps, no_keepdim=True)
     return mistakes
+
+
+def returned_norm(result, what):
+    """For a judge: what the student's LayerNorm returned; a broadcasting RuntimeError (x minus statistics that lost
+    their last dimension) is named: keepdim=True is missing."""
+    if isinstance(result, Raised) and result.type_name == "RuntimeError" and "size of tensor" in result.message:
+        raise AssertionError(f"{what} raised RuntimeError ({result.first_line}): {KEEPDIM_HINT}")
+    return returned(result, what)
 
 
 def check_values(out, x, eps, what):
@@ -94,6 +115,7 @@ def check_affine(out, x, gamma, beta, eps, what):
         "gamma and beta are swapped in the formula; gamma scales, beta shifts": b * x_hat + g,
         "gamma is applied before the normalisation, where the normalisation undoes it; "
         "scale the normalised x": lambda: F.layer_norm(x.double() * g, (d,), eps=eps) + b,
+        **_affine_mistakes(x, g, b, eps),
     })
 
 
@@ -112,13 +134,23 @@ def check_gradients(grads, x, upstream, gamma, beta, eps):
     detached = g64.detach() * upstream.double() / (var + eps).sqrt()
     what = f"LayerNorm({d}, eps={eps}): the gradient"
     assert grads["x"] is not None, f"{what} with respect to x is missing: is the output detached from x?"
-    testing.assert_close(grads["x"], x64.grad, f"{what} with respect to x", atol=1e-4, rtol=1e-3, mistakes={
-        "the mean and variance were treated as constants (detached, or computed under torch.no_grad()): "
-        "they depend on x and must stay in the autograd graph": detached,
-    })
+    mistakes = {"the mean and variance were treated as constants (detached, or computed under torch.no_grad()): "
+                "they depend on x and must stay in the autograd graph": detached}
+    for description, gradient in _mistaken_gradients(x, upstream, gamma, beta, eps).items():
+        mistakes["the gradient of a LayerNorm with this mistake: " + description] = gradient
+    testing.assert_close(grads["x"], x64.grad, f"{what} with respect to x", atol=1e-4, rtol=1e-3, mistakes=mistakes)
     assert grads["gamma"] is not None and grads["beta"] is not None, f"{what} reached neither gamma nor beta"
     testing.assert_close(grads["gamma"], g64.grad, f"{what} with respect to gamma", atol=1e-4, rtol=1e-3)
     testing.assert_close(grads["beta"], b64.grad, f"{what} with respect to beta", atol=1e-4, rtol=1e-3)
+
+
+def _mistaken_gradients(x, upstream, gamma, beta, eps):
+    """description -> (a function giving) the gradient in x of (mistaken LayerNorm(x) * upstream).sum(), for each of
+    _affine_mistakes."""
+    x64 = x.detach().double().requires_grad_()
+    made = _affine_mistakes(x64, gamma.detach().double(), beta.detach().double(), eps)
+    return {description: (lambda output=output: torch.autograd.grad((output() * upstream.double()).sum(), x64)[0])
+            for description, output in made.items()}
 
 
 def feed_forward_with(weights):

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import testing
+from ..probes.multi_head import EXTRA_DIMENSION
 from ..probing import Raised, returned
 
 
@@ -110,25 +111,37 @@ def compare(actual, expected, what, valid=None, mistakes=None, atol=2e-5):
 
 def output(found, what, query, key, mask=None):
     """What the probe recorded of the student's forward; an exception becomes a message that names the call and
-    the likely cause."""
+    the likely cause, first, then what was raised."""
     if isinstance(found, Raised) and found.type_name != "NotImplementedError":
-        raise AssertionError(f"{what} raised {found.type_name}: {found.message}."
-                             f"{_shape_hint(found, query, key, mask)}")
+        hint = _shape_hint(found, query, key, mask)
+        raise AssertionError(f"{what} failed:{hint} (It raised {found.type_name}: {found.message}.)" if hint
+                             else f"{what} raised {found.type_name}: {found.message}")
     return returned(found, what)
 
 
+KEY_VALUE_LENGTHS = "key and value need the same length"   # the course's scaled_dot_product_attention says so
+
+
+def shape_error(error):
+    """Whether a Raised is a shape error, the only kind whose cause the hints below can guess."""
+    return (error.type_name in ("RuntimeError", "ValueError")
+            and any(w in error.message for w in ("size", "shape", "dimension", KEY_VALUE_LENGTHS)))
+
+
 def _shape_hint(error, query, key, mask):
-    """The likely causes of a shape error in this call ("" for other errors: a hint would mislead)."""
-    if error.type_name not in ("RuntimeError", "ValueError") or not any(w in error.message for w in ("size", "shape", "dimension")):
+    """The likely causes of a shape error in this call ("" for other errors: a hint would mislead). Keys and values
+    of different lengths have nothing to do with the mask; heads that reach merge_heads with more than four
+    dimensions come from a mask with one too many (it broadcast the scores to five), and from nothing else."""
+    if not shape_error(error):
         return ""
-    hint = ""
-    if mask is not None:
-        hint += (f" A mask of shape {list(mask.shape)} already broadcasts to [B, H, Tq, Tk]: pass it on "
-                 "as it is (no unsqueeze).")
-    if query.shape[1] != key.shape[1]:
-        hint += (" The query and the key have different lengths here (cross-attention): the keys come "
-                 "from w_k(key), the values from w_v(value), and the output has the query's length.")
-    return hint
+    cross = (" The query and the key have different lengths here (cross-attention): the keys come from w_k(key), "
+             "the values from w_v(value), and the output has the query's length." if query.shape[1] != key.shape[1]
+             else "")
+    if mask is None or KEY_VALUE_LENGTHS in error.message:
+        return cross
+    unsqueezed = (f" A mask of shape {list(mask.shape)} already broadcasts to [B, H, Tq, Tk]: pass it on as it is "
+                  "(no unsqueeze).")
+    return unsqueezed if EXTRA_DIMENSION in error.message else unsqueezed + cross
 
 
 def check_output(out, mha, n_heads, what, *args, mask=None, atol=2e-5):

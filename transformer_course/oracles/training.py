@@ -126,6 +126,10 @@ def smoothed(target, V, s, other=False, no_self=False):
     return one_hot * (1 - s) + s / V
 
 
+ONLY_NLL = ("only the first term, (1 - smoothing) * -log p_y, is computed: add the second, smoothing times the mean "
+            "over the vocabulary of -log p_j")
+
+
 def mistakes_for(logits, target, s, ignore_index):
     """What common mistakes give (float64)."""
     x = logits.detach().double()
@@ -146,6 +150,7 @@ def mistakes_for(logits, target, s, ignore_index):
         "log_softmax runs over the wrong dimension: normalise over the vocabulary, dim=-1":
             mean_kept(-(q * x.log_softmax(0)).sum(-1)),
         "the smoothing is ignored: the loss equals the plain cross-entropy": mean_kept(-logp.gather(-1, target.clamp(min=0)[:, None])[:, 0]),
+        ONLY_NLL: mean_kept(-(1 - s) * logp.gather(-1, target.clamp(min=0)[:, None])[:, 0]),
         "the loss is summed instead of averaged over the positions": per[keep].sum(),
         "ignored positions are left out of the sum but still counted: divide by the number of non-ignored positions":
             per[keep].sum() / len(target),
@@ -330,8 +335,10 @@ def check_label_smoothing_loss_gradient(found):
         returned(facts["backward"], f"backward() through {what}")
         theirs = x.clone().requires_grad_(True)
         F.cross_entropy(theirs, target, label_smoothing=s, ignore_index=ignore_index).backward()
+        nll_only = x.clone().requires_grad_(True)
+        ((1 - s) * F.cross_entropy(nll_only, target, ignore_index=ignore_index)).backward()
         testing.assert_close(facts["grad"], theirs.grad, f"the gradient of {what} with respect to the logits",
-                             atol=1e-8, rtol=1e-6)
+                             atol=1e-8, rtol=1e-6, mistakes={ONLY_NLL: nll_only.grad})
 
 
 def check_noam_lr_values(noam_lr):

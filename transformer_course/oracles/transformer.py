@@ -550,6 +550,17 @@ def check_encoder_structure(found):
     check_stack_structure("encoder", found)
 
 
+UNREGISTERED = ("the stack's .eval() does not reach its layers, so their dropout stays on: they are kept in a plain "
+                "Python list, which hides them from .eval(), .parameters() and .to(). Put them in an nn.ModuleList")
+
+
+def layers_registered(probed, what):
+    """The stack holds its layers as submodules (probes.unregistered_layers): a plain list hides them from .eval()."""
+    stray = probed.get("unregistered")
+    if isinstance(stray, int) and stray:
+        raise AssertionError(f"{what}: {UNREGISTERED}")
+
+
 def check_encoder_values(found):
     """The hidden tests of `test_Encoder_values`: the runs of probes.stack_runs on ENCODER_STACK_CASES."""
     for seed, ((n_layers, norm_first, lengths), probed) in enumerate(zip(probes.ENCODER_STACK_CASES, found)):
@@ -557,6 +568,7 @@ def check_encoder_values(found):
         what = (f"Encoder({n_layers}, 16, 4, 24, norm_first={norm_first}).eval()(x [3, 6, 16]"
                 + ("" if mask is None else ", src_mask [3, 1, 1, 6]") + ")")
         out = outcome(probed["result"], what, "Each layer is called as layer(x, src_mask).")
+        layers_registered(probed, what)
         theirs = torch_stack(weight_tree(weights), "encoder", 16, 4, 24, norm_first)
         kpm = None if mask is None else ~mask[:, 0, 0]
         xd = x.double()
@@ -661,6 +673,7 @@ def check_decoder_values(found):
                 + ("" if src_mask is None else f", src_mask [3, 1, 1, {src_len}]")
                 + ("" if tgt_mask is None else ", tgt_mask [3, 1, 5, 5]") + ")")
         out = decoder_outcome(probed, what, memory)
+        layers_registered(probed, what)
         theirs = torch_stack(weight_tree(weights), "decoder", 16, 4, 24, norm_first)
         options = dict(tgt_mask=None if tgt_mask is None else torch_mask(tgt_mask, 3, 4, 5, 5),
                        memory_key_padding_mask=None if src_mask is None else ~src_mask[:, 0, 0])

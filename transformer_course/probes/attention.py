@@ -17,6 +17,33 @@ def attention_calls(q, k, v, keep=None):
     return calls
 
 
+ARGUMENTS = ("query", "key", "value", "mask", "dropout")
+
+
+def on_copies(answer):
+    """(``answer`` called on copies of its tensor arguments, the list of the arguments it changed in place).
+
+    A function that changes its inputs in place (``query /= ...``) changes the caller's tensors: the copies keep one
+    call from changing the next call's inputs, so that the other checks see what the function computes, and the list
+    (filled as the calls run, each name once) lets a judge name the mistake itself."""
+    import torch
+
+    changed = []
+
+    def copy(value):
+        return value.clone() if isinstance(value, torch.Tensor) else value
+
+    def call(*args, **kwargs):
+        given = {**dict(zip(ARGUMENTS, args)), **kwargs}
+        copies = {name: copy(value) for name, value in given.items()}
+        try:
+            return answer(*(copies[name] for name in ARGUMENTS[:len(args)]), **{name: copies[name] for name in kwargs})
+        finally:
+            changed.extend(name for name, value in given.items() if isinstance(value, torch.Tensor)
+                           and name not in changed and not torch.equal(value.detach(), copies[name].detach()))
+    return call, changed
+
+
 def random_keep(*shape, generator=None):
     """A random bool mask in which every row has at least one True and at least one False."""
     import torch

@@ -149,6 +149,23 @@ def n_trap_table(source, prefix, vocab_size=5):
     return _log_probs_of(steps.get(len(prefix), {2: 0.5, 3: 0.5}), vocab_size)
 
 
+def beam_slot_table(source, prefix, vocab_size=7):
+    """Ids 3-6 are "a", "x", "y", "w". <eos> at once (0.25) is kept in the first step, beside "a" (0.74); after
+    "a", "x" (0.5) leads nowhere and "y" (0.45) to <eos> (0.99): "a y <eos>" (0.33) is the best. A beam of 2 finds
+    it only if the second step again keeps 2 extensions; a beam that shrank for good keeps "a x" alone."""
+    steps = {(1,): {3: 0.74, 2: 0.25, 4: 0.005, 5: 0.005}, (1, 3): {4: 0.5, 5: 0.45, 6: 0.05},
+             (1, 3, 4): {3: 0.3, 4: 0.26, 5: 0.24, 6: 0.2}, (1, 3, 5): {2: 0.99, 6: 0.01}}
+    return _log_probs_of(steps.get(tuple(prefix), {2: 0.9, 6: 0.1}), vocab_size)
+
+
+def likelier_long_table(source, prefix, vocab_size=5):
+    """<eos> at once (0.4) against "w w w <eos>" (0.6 * 0.9 ** 3 = 0.44): the long one is likelier, and wins by
+    its log-probability with or without the penalty; a product of probabilities divided by the penalty (0.44 /
+    1.28) prefers the short one."""
+    steps = {2: 0.4, 3: 0.6} if len(prefix) == 1 else {3: 0.9, 2: 0.1} if len(prefix) < 4 else {2: 0.9, 3: 0.1}
+    return _log_probs_of(steps, vocab_size)
+
+
 def eos_first_table(source, prefix, vocab_size=5):
     """<eos> is the best first step, yet a longer hypothesis wins with the penalty: the search must go on."""
     steps = {2: 0.5, 3: 0.45} if len(prefix) == 1 else {2: 0.99, 3: 0.01} if len(prefix) >= 4 else {2: 0.01, 3: 0.99}
@@ -255,10 +272,21 @@ def copy_runs(answer, src, max_lens):
 
 
 def stand_in_searches():
-    """Searches on which known mistakes of beam_search differ: they tell the mistakes apart."""
-    return [Case(short_or_long_table, 5, torch.tensor([[3]]), 10, beam_size=2, alpha=0.6),
-            Case(short_or_long_table, 5, torch.tensor([[3]]), 10, beam_size=2, alpha=0.0),
-            Case(early_end_table, 6, torch.tensor([[3]]), 8, beam_size=2, alpha=0.6)]
+    """Searches on which known mistakes of beam_search differ: they tell the mistakes apart (every two of them
+    give different answers on at least one). The random tables part a beam that shrinks for good from finished
+    hypotheses kept in the beam (seed 32), a length penalty used as a factor from one ignored (seed 24, 5
+    words) and finished hypotheses kept in the beam from a search that stops when the best extension ends
+    (seed 24, 6 words)."""
+    src = torch.tensor([[3]])
+    return [Case(short_or_long_table, 5, src, 10, beam_size=2, alpha=0.6),
+            Case(short_or_long_table, 5, src, 10, beam_size=2, alpha=0.0),
+            Case(early_end_table, 6, src, 8, beam_size=2, alpha=0.6),
+            Case(beam_slot_table, 7, src, 6, beam_size=2, alpha=0.6),
+            Case(likelier_long_table, 5, src, 10, beam_size=2, alpha=0.6),
+            Case(n_trap_table, 5, src, 10, beam_size=2, alpha=0.6),
+            Case(random_table(4, 32, eos_bias=2.5), 4, src, 6, beam_size=2, alpha=0.6),
+            Case(random_table(5, 24), 5, src, 7, beam_size=3, alpha=1.5),
+            Case(random_table(6, 24), 6, src, 7, beam_size=3, alpha=0.6)]
 
 
 def beam_basics_cases():

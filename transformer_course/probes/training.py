@@ -223,6 +223,23 @@ def finished_loss(namespace):
     return substituted(namespace, label_smoothing_loss=transformer_course.training.label_smoothing_loss)
 
 
+def step_gradient_norms(train_step, namespace):
+    """Two steps on the visible model and batch with SGD(lr=0), so that the parameters never change and both steps
+    compute the same gradient, and clip=1e6: what they returned, and the norm of the gradients each
+    optimizer.step() received."""
+    model, src, tgt = visible_model_and_batch()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    norms = []
+
+    def record(opt, args, kwargs):
+        grads = [p.grad.reshape(-1) for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        norms.append(torch.cat(grads).norm().item() if grads else 0.0)
+    optimizer.register_step_pre_hook(record)
+    with finished_loss(namespace):
+        results = [attempt(train_step, model, src, tgt, optimizer, clip=1e6) for _ in range(2)]
+    return {"results": results, "norms": norms}
+
+
 def stepped(train_step, namespace, model, *args, **kwargs):
     """``train_step(model, *args, **kwargs)`` with the course's label_smoothing_loss: the loss it returned (or
     what it raised) and the parameters after it."""

@@ -244,8 +244,16 @@ def stack_case(kind, case, seed):
     return weights, (x, memory, src_mask, tgt_mask)
 
 
+def unregistered_layers(stack):
+    """How many of ``stack.layers`` are modules the stack does not hold as submodules: kept in a plain Python
+    list, they are hidden from the stack's .eval(), .parameters() and .to()."""
+    held = {id(module) for module in stack.modules()}
+    return sum(isinstance(layer, torch.nn.Module) and id(layer) not in held for layer in stack.layers)
+
+
 def stack_runs(make, kind, cases):
-    """For each case: the student's stack, ``make(n_layers, norm_first)`` with the case's weights, in eval mode."""
+    """For each case: the student's stack, ``make(n_layers, norm_first)`` with the case's weights, in eval mode;
+    and how many of its layers it does not hold as submodules (their dropout stays on)."""
     runs = []
     for seed, case in enumerate(cases):
         weights, args = stack_case(kind, case, seed)
@@ -254,6 +262,7 @@ def stack_runs(make, kind, cases):
             runs.append({"result": stack, "wrong_memory": None})
         else:
             runs.append(decoder_call(stack, *args) if kind == "decoder" else {"result": attempt(stack, *args)})
+            runs[-1]["unregistered"] = attempt(unregistered_layers, stack)
     return runs
 
 
