@@ -34,6 +34,8 @@ NOTEBOOKS = {
     "06_transformer": ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer"),
     "07_training": ("build_vocab", "label_smoothing_loss", "noam_lr", "train_step"),
     "08_decoding_bleu": ("greedy_decode", "beam_search", "corpus_bleu"),
+    "09_gpt": ("apply_rope", "CausalSelfAttention", "GPT", "lm_loss", "adamw_param_groups", "warmup_cosine_lr",
+               "sample_next", "generate"),
 }
 # assignment -> finished parts of its own notebook that stay: exercises whose finished version the tests of the
 # notebook's later exercises substitute for the student's (so that one mistake costs points once), and
@@ -44,7 +46,10 @@ KEPT = {
     "04_multi_head_attention": ("split_heads", "merge_heads"),
     "06_transformer": ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder"),
     "07_training": ("label_smoothing_loss",),
-    "08_decoding_bleu": ("greedy_decode", "decoding.beam_search_tree"),
+    "08_decoding_bleu": ("greedy_decode", "decoding.beam_search_tree",
+                         # 08's sampling demo: the helpers of 09's sample_next
+                         "decoding.sampling_distribution", "decoding.top_k_filter", "decoding.top_p_filter"),
+    "09_gpt": ("apply_rope", "CausalSelfAttention"),
 }
 ORACLES = "oracles"
 

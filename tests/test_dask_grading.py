@@ -126,8 +126,10 @@ def _kill_a_busy_worker(cluster):
     with dask_client(cluster.address) as client:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
+            processing = client.processing()
+            # The client's view of the workers is refreshed apart from processing(): one may be missing yet.
             names = {address: info["name"] for address, info in client.scheduler_info()["workers"].items()}
-            busy = [(names[address], keys[0]) for address, keys in client.processing().items() if keys]
+            busy = [(names[address], keys[0]) for address, keys in processing.items() if keys and address in names]
             if busy:
                 name, task = busy[0]
                 victim = 1 + ["w1", "w2"].index(name)

@@ -23,6 +23,11 @@ def tiny_model():
                               dropout=0.0).eval()
 
 
+def tiny_gpt():
+    torch.manual_seed(0)
+    return course.gpt.GPT(11, 8, 2, 1, 16, dropout=0.0).eval()
+
+
 def train_step_arguments():
     model = tiny_model()
     return model, torch.tensor([[4, 5, 3]]), torch.tensor([[2, 6, 7, 3]]), torch.optim.SGD(model.parameters(), lr=0.1)
@@ -60,6 +65,14 @@ CALLS = {
     "greedy_decode": lambda f: f(tiny_model(), torch.tensor([[4, 5, 3]]), 5, 2, 3),
     "beam_search": lambda f: f(tiny_model(), torch.tensor([[4, 5, 3]]), 2, 5, 2, 3),
     "corpus_bleu": lambda f: f([["a", "b"]], [["a", "b"]]),
+    "apply_rope": lambda f: f(torch.randn(1, 2, 3, 4), torch.arange(3)),
+    "CausalSelfAttention": lambda c: c(8, 2)(torch.randn(1, 3, 8)),
+    "GPT": lambda c: c(11, 8, 2, 1, 16)(torch.tensor([[1, 2]])),
+    "lm_loss": lambda f: f(torch.randn(1, 3, 5), torch.tensor([[1, 2, 3]])),
+    "adamw_param_groups": lambda f: f(nn.Linear(2, 2), 0.1),
+    "warmup_cosine_lr": lambda f: f(5, 1e-3, 10, 100),
+    "sample_next": lambda f: f(torch.randn(2, 5), top_k=2),
+    "generate": lambda f: f(tiny_gpt(), torch.tensor([[1, 2]]), 2),
 }
 ORDER = list(CALLS)   # the course's order: an exercise builds only on those before it
 

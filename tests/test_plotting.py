@@ -25,6 +25,8 @@ EXPECTED = {
                        "multi-head cross-attention": 1, "add & norm": 5, "feed-forward": 2, "linear + softmax": 1},
     "07_training": {"linear + softmax": 1, "label-smoothed loss (training)": 1},
     "08_decoding_bleu": {"linear + softmax": 1, "greedy / beam search, BLEU": 1},
+    "09_gpt": {"output embedding": 1, "masked multi-head self-attention": 1, "add & norm": 2, "feed-forward": 1,
+               "linear + softmax": 1},
 }
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from .data import Vocab
-from .model import Transformer
+from .model import build_model
 from .subword import SubwordTokenizer
 
 __all__ = ["save_checkpoint", "read_checkpoint", "load_checkpoint", "CheckpointError", "average_checkpoints",
@@ -93,7 +93,7 @@ def load_checkpoint(path, map_location="cpu"):
     state = read_checkpoint(path, map_location)
     state.pop("format", None)
     try:
-        model = Transformer(**state["config"]["model"])
+        model = build_model(**state["config"]["model"])
         model.load_state_dict(state["model"])
     except (TypeError, KeyError, RuntimeError) as error:
         raise CheckpointError(f"{path}: the weights do not fit the model that its config describes "
@@ -122,7 +122,7 @@ def average_checkpoints(paths, out_path):
             if weights[0][key].is_floating_point() else weights[0][key] for key in weights[0]}
     last = states[-1]
     extra = {k: v for k, v in last.items() if k not in ("format", "model", "src_vocab", "tgt_vocab", "config")}
-    model = Transformer(**last["config"]["model"])
+    model = build_model(**last["config"]["model"])
     model.load_state_dict(mean)
     return save_checkpoint(out_path, model, Vocab(last["src_vocab"]), Vocab(last["tgt_vocab"]), last["config"],
                            **{**extra, "averaged": [str(p.name) for p in paths]})

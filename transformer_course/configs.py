@@ -51,7 +51,8 @@ def load_config(path):
     config = copy.deepcopy(CONFIGS["full"])
     config.setdefault("evaluate", {"beam_size": 4, "alpha": 0.6})
     for section in SECTIONS:
-        extra = sorted(set(stored.get(section, {})) - set(config[section]))
+        optional = {"architecture"} if section == "model" else set()   # model.build_model's; a Transformer by default
+        extra = sorted(set(stored.get(section, {})) - set(config[section]) - optional)
         if extra:
             raise ValueError(f"{path}: unknown settings {section}.{extra}; known: {sorted(config[section])}")
         config[section].update(stored.get(section, {}))

@@ -10,7 +10,8 @@ about a quarter of a small Transformer's training step on two cores. `FastDropou
 at a time and cuts them into four bytes, one per element, about five times faster. Its probability is
 rounded to a multiple of 1/256 (0.3 becomes 77/256 = 0.3008).
 
-Also two helpers for the notebooks' timings: `torch_threads` (run a block on n threads) and `fastest`.
+Also helpers for the notebooks' timings: `torch_threads` (run a block on n threads), `fastest` and
+`seconds_by_length`.
 """
 import time
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-__all__ = ["FastDropout", "use_fast_dropout", "flush_denormals", "torch_threads", "fastest"]
+__all__ = ["FastDropout", "use_fast_dropout", "flush_denormals", "torch_threads", "fastest", "seconds_by_length"]
 
 
 class FastDropout(nn.Dropout):
@@ -72,3 +73,10 @@ def fastest(fn, repeats=3):
         fn()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def seconds_by_length(runs, lengths, repeats=2):
+    """{name: [fastest(lambda: run(n)) for n in lengths]} for each `run` of `runs` (name -> run(n)), on one CPU
+    thread."""
+    with torch_threads(1):
+        return {name: [fastest(lambda: run(n), repeats) for n in lengths] for name, run in runs.items()}

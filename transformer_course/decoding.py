@@ -250,7 +250,7 @@ def translate(model, sentences, src_vocab, tgt_vocab, beam_size=1, alpha=0.6, ma
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))   # similar lengths batch well
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import tqdm
         bar = tqdm(total=len(encoded), unit="sent", desc="translating")
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
@@ -261,8 +261,10 @@ def translate(model, sentences, src_vocab, tgt_vocab, beam_size=1, alpha=0.6, ma
         src = src.to(device)
         max_lens = [len(encoded[i]) + max_extra + 1 for i in chunk]    # each sentence's own limit; + 1 for <bos>
         if beam_size == 1:       # greedy rows are the same whatever the batch: cut each at its own limit
-            outputs = [row[:limit] for row, limit in zip(greedy_decode(model, src, max(max_lens), bos, eos).tolist(),
-                                                         max_lens)]
+            cached = getattr(model, "cached_greedy_decode", None)    # a GPT translator's own, with its cache (gpt.py)
+            rows = (cached(src, max(max_lens), bos, eos) if cached is not None else
+                    greedy_decode(model, src, max(max_lens), bos, eos))
+            outputs = [row[:limit] for row, limit in zip(rows.tolist(), max_lens)]
         else:
             outputs = beam_search_batch(model, src, beam_size, max_lens, bos, eos, alpha)
         for i, ids in zip(chunk, outputs):

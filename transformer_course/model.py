@@ -80,3 +80,14 @@ class Transformer(nn.Module):
             if isinstance(module, MultiHeadAttention):
                 module.need_weights = need_weights
         return self
+
+
+def build_model(architecture="encoder_decoder", **kwargs):
+    """The model a configuration's "model" section describes: this Transformer, or with architecture
+    "decoder_only" a GPT that translates (gpt.DecoderOnlyTranslator, notebook 09), with the same arguments."""
+    if architecture == "encoder_decoder":
+        return Transformer(**kwargs)
+    if architecture == "decoder_only":
+        from .gpt import DecoderOnlyTranslator
+        return DecoderOnlyTranslator(**kwargs)
+    raise ValueError(f"architecture must be 'encoder_decoder' or 'decoder_only', got {architecture!r}")

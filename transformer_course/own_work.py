@@ -24,7 +24,7 @@ import sys
 import types
 import warnings
 
-from . import attention, bleu, data, decoding, embeddings, layers, masks, model, training
+from . import attention, bleu, data, decoding, embeddings, gpt, layers, masks, model, schedules, training
 
 
 class FinishedAnswerUsed(BaseException):
@@ -60,6 +60,14 @@ FINISHED = {
     "greedy_decode": (decoding.greedy_decode, decoding._next_log_probs),
     "beam_search": (decoding.beam_search, decoding.beam_search_batch, decoding._Beam, decoding.beam_search_tree),
     "corpus_bleu": (bleu.corpus_bleu, bleu.bleu_statistics),
+    "apply_rope": (embeddings.apply_rope,),
+    "CausalSelfAttention": (gpt.CausalSelfAttention,),
+    "GPT": (gpt.GPT, gpt.GPTBlock),
+    "lm_loss": (gpt.lm_loss,),
+    "adamw_param_groups": (gpt.adamw_param_groups,),
+    "warmup_cosine_lr": (schedules.warmup_cosine_lr,),
+    "sample_next": (gpt.sample_next, decoding.sampling_distribution, decoding.top_k_filter, decoding.top_p_filter),
+    "generate": (gpt.generate,),
 }
 
 

@@ -1,5 +1,5 @@
-"""The figures the notebooks draw more than once: heatmaps of matrices (encodings, attention, masks), and the map
-of the Transformer that opens every notebook."""
+"""The figures the notebooks draw more than once: heatmaps of matrices (encodings, attention, masks), costs against
+length on log-log axes, and the map of the Transformer that opens every notebook."""
 import matplotlib.pyplot as plt
 import torch
 
@@ -19,6 +19,18 @@ def heatmap(matrix, ax=None, title=None, xlabel=None, ylabel=None, xticklabels=N
     if yticklabels is not None:
         ax.set_yticks(range(len(yticklabels)), labels=yticklabels)
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    return ax
+
+
+def log_log_lines(x, series, xlabel, ylabel, title, ax=None, figsize=(6.5, 3.6)):
+    """One line with markers per entry of ``series`` (label -> values at ``x``) on log-log axes; returns the
+    axes. A cost that grows as n**k is a line of slope k."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize)
+    for label, values in series.items():
+        ax.plot(x, values, "o-", label=label)
+    ax.set(xscale="log", yscale="log", xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend()
     return ax
 
 
@@ -56,6 +68,9 @@ ARCHITECTURE_PARTS = {
     "encoder and decoder": (_LAYERS + ("generator",), "notebook 06: the layers, the stacks and the whole model"),
     "training": (("generator", "loss"), "notebook 07: training with the label-smoothed loss"),
     "decoding": (("generator", "search"), "notebook 08: decoding and BLEU"),
+    "decoder-only": (("tgt_embed", "dec_self", "dec_norm1", "dec_ffn", "dec_norm3", "generator"),
+                     "notebook 09: a GPT keeps the decoder's masked self-attention and feed-forward (norms first),\n"
+                     "drops the encoder and the cross-attention; RoPE inside attention replaces the encoding"),
 }
 HIGHLIGHT, PLAIN = "#ffc857", "#f2f2f2"
 

@@ -66,6 +66,25 @@ def returned(value, what):
     return value
 
 
+def outcome(result, what, hint=None):
+    """For a judge: what the answer returned in the probe, or an AssertionError that says how it failed (an
+    AssertionError of the answer's own keeps its message)."""
+    if isinstance(result, Raised):
+        if result.type_name == "AssertionError":
+            raise AssertionError(result.message)
+        raise AssertionError(f"{what} failed with {result.type_name}: {result.message}" + (f". {hint}" if hint else ""))
+    return result
+
+
+def paired(cases, found):
+    """The test's cases (a list, or a dict of lists) zipped with the probe's results for them."""
+    if isinstance(cases, dict):
+        assert isinstance(found, dict) and set(found) == set(cases), "the probe's data does not match the test's cases"
+        return {name: paired(group, found[name]) for name, group in cases.items()}
+    assert isinstance(found, list) and len(found) == len(cases), "the probe's data does not match the test's cases"
+    return list(zip(cases, found))
+
+
 def assert_raised_value_error(result, what, why):
     """For a judge: the probed call raised ValueError; ``why`` says which argument is bad."""
     if isinstance(result, Raised) and result.type_name == "ValueError":

@@ -1,5 +1,6 @@
 """Learning-rate schedules for training: the paper's (noam_lr, notebook 07's exercise) and a linear decay, as a
-LambdaLR."""
+LambdaLR; and the warm-up then cosine decay of GPT training (warmup_cosine_lr, notebook 09's exercise)."""
+import math
 import warnings
 from functools import partial
 
@@ -7,7 +8,7 @@ import torch
 
 from .training import noam_lr
 
-__all__ = ["linear_decay_lr", "SCHEDULES", "lr_scheduler"]
+__all__ = ["linear_decay_lr", "warmup_cosine_lr", "SCHEDULES", "lr_scheduler"]
 
 
 def linear_decay_lr(step, d_model, warmup_steps, factor=1.0, total_steps=None):
@@ -20,6 +21,20 @@ def linear_decay_lr(step, d_model, warmup_steps, factor=1.0, total_steps=None):
     if step <= warmup_steps:
         return peak * step / warmup_steps
     return peak * max(0.0, (total_steps - step) / max(total_steps - warmup_steps, 1))
+
+
+def warmup_cosine_lr(step, peak_lr, warmup_steps, total_steps, min_lr=0.0):
+    """The learning rate of step `step` (0, 1, 2, ... as LambdaLR counts): peak_lr * step / warmup_steps during
+    the warm-up, then half a cosine from peak_lr at step warmup_steps down to min_lr at total_steps, and min_lr
+    after that:  min_lr + (peak_lr - min_lr) * (1 + cos(pi * progress)) / 2,
+    progress = (step - warmup_steps) / (total_steps - warmup_steps)."""
+    if warmup_steps < 0 or total_steps <= warmup_steps:
+        raise ValueError(f"need 0 <= warmup_steps < total_steps, got warmup_steps={warmup_steps}, "
+                         f"total_steps={total_steps}")
+    if step < warmup_steps:
+        return peak_lr * step / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
+    return min_lr + (peak_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
 
 
 SCHEDULES = {"noam": noam_lr, "linear": linear_decay_lr}

@@ -3,6 +3,7 @@
     python -m transformer_course.train --mode quick --out runs/quick            # a few minutes on a CPU
     python -m transformer_course.train --mode full --out runs/full              # on a GPU (Colab, any CUDA machine)
     python -m transformer_course.train --mode full --out runs/full --resume     # go on after an interruption
+    python -m transformer_course.train --config transformer_course/recipes/multi30k_de_en_decoder_only.json --out runs/gpt
 
 Writes OUT/best.pt (the weights with the best validation loss), OUT/last.pt (to resume) and OUT/log.json
 (losses and timings). Load a checkpoint with transformer_course.checkpoints.load_checkpoint. Every setting of
@@ -15,7 +16,7 @@ import sys
 import torch
 
 from .data import Multi30kError
-from .configs import CONFIGS, make_config
+from .configs import CONFIGS, load_config, make_config
 from .schedules import SCHEDULES
 from .trainer import train
 
@@ -57,6 +58,8 @@ def parser():
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=sorted(CONFIGS), default="quick",
                    help="quick: a small model on a subset (CPU, minutes); full: all of Multi30k, a bigger model (GPU)")
+    p.add_argument("--config", help="a configuration file (JSON, e.g. transformer_course/recipes/*.json) instead of "
+                                    "a mode; the options below still change its settings")
     add_run_options(p, "folder for best.pt, last.pt and log.json")
     p.add_argument("--no-amp", dest="amp", action="store_false", help="no mixed precision on the GPU")
     p.add_argument("--save-every-steps", type=int, help="also write last.pt every N steps")
@@ -82,15 +85,24 @@ def config_from(args):
             value = None  # 0: no limit
         for k in (key if isinstance(key, tuple) else (key,)):
             overrides[f"{section}__{k}"] = value
-    return make_config(args.mode, **overrides)
+    if args.config is None:
+        return make_config(args.mode, **overrides)
+    try:
+        config = load_config(args.config)
+    except OSError as error:
+        raise ValueError(f"--config {args.config}: {error.strerror or error}") from None
+    for name, value in overrides.items():
+        section, _, key = name.partition("__")
+        config[section][key] = value
+    return config
 
 
 def main(argv=None):
     args = parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    config = config_from(args)
     try:
+        config = config_from(args)
         log = train(config, args.out, resume=args.resume, device=args.device, amp=args.amp, mirror=args.mirror,
                     cache_dir=args.cache_dir, save_every_steps=args.save_every_steps,
                     save_every_seconds=args.save_every_seconds, progress=args.progress)

@@ -21,13 +21,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
+from .progress import tqdm
 
 from .checkpoints import average_checkpoints, plain_values, read_checkpoint, save_checkpoint
 from .cpu import flush_denormals, use_fast_dropout
 from .data import PAD, TokenBatchSampler, collate_batch
 from .devices import amp_dtype, choose_device
-from .model import Transformer
+from .model import build_model
 from .schedules import lr_scheduler
 from .teacher_forced import teacher_forced_scores
 from .training import amp_train_step
@@ -37,7 +37,8 @@ __all__ = ["train", "TrainingRun", "LossWindow"]
 
 
 def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None, cache_dir=None,
-          save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print):
+          save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print,
+          model_builder=None):
     """Train a Transformer on Multi30k German→English as `config` says (see configs.CONFIGS / make_config).
 
     Writes to `out_dir`: best.pt (the weights with the lowest validation loss so far), last.pt (everything
@@ -45,7 +46,8 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
     (losses and timings). Validation runs at the end of every epoch; last.pt is also written every
     `save_every_steps` steps and every `save_every_seconds`, and when Ctrl-C stops the run. With `resume`
     the run in out_dir/last.pt goes on where it stopped, and ends at the same weights as an uninterrupted
-    run. Returns the log (a dict, also in log.json).
+    run. Returns the log (a dict, also in log.json). `model_builder(**config["model"])` builds the model
+    (default: model.build_model; a notebook passes one that uses its own classes).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -61,7 +63,7 @@ def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None
             return json.loads(stored["log"])
     run = TrainingRun(config, out_dir, device=device, amp=amp, mirror=mirror, cache_dir=cache_dir,
                       save_every_steps=save_every_steps, save_every_seconds=save_every_seconds,
-                      log_every=log_every, progress=progress, print_fn=print_fn)
+                      log_every=log_every, progress=progress, print_fn=print_fn, model_builder=model_builder)
     return run.run(resume=resume)
 
 
@@ -102,8 +104,10 @@ class TrainingRun:
     last.pt) and what it has seen (`log`, saved as log.json). `run()` takes the steps in order."""
 
     def __init__(self, config, out_dir, *, device="auto", amp=True, mirror=None, cache_dir=None,
-                 save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print):
+                 save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print,
+                 model_builder=None):
         self.config = copy.deepcopy(config)
+        self.model_builder = model_builder or build_model
         self.settings = self.config["train"]
         self.out_dir = Path(out_dir)
         self.last_path, self.best_path = self.out_dir / "last.pt", self.out_dir / "best.pt"
@@ -146,7 +150,7 @@ class TrainingRun:
 
     def build_model(self):
         torch.manual_seed(self.settings["seed"])
-        self.model = Transformer(**self.config["model"]).to(self.device)
+        self.model = self.model_builder(**self.config["model"]).to(self.device)
         if hasattr(self.model, "set_need_weights"):
             self.model.set_need_weights(False)   # fused attention kernels: faster, the weights are not needed here
         if self.device.type == "cpu":            # see transformer_course/cpu.py

@@ -7,10 +7,10 @@ An oracle that computes an exercise's answer would be a route to a finished answ
 in ``ANSWER_HELPERS`` (exercise -> functions); own_work gates them as helpers of that exercise: during its tests
 they refuse a call from anything but the package's own checks.
 """
-from . import attention, decoding, layer_norm, masking, multi_head, training, transformer
+from . import attention, decoding, gpt, layer_norm, masking, multi_head, training, transformer
 
 ANSWER_HELPERS = {}
-for _module in (attention, masking, multi_head, layer_norm, transformer, training, decoding):
+for _module in (attention, masking, multi_head, layer_norm, transformer, training, decoding, gpt):
     for _exercise, _helpers in _module.ANSWER_HELPERS.items():
         ANSWER_HELPERS[_exercise] = ANSWER_HELPERS.get(_exercise, ()) + _helpers
 

@@ -22,7 +22,7 @@ import torch
 
 from .. import testing
 from ..probes import decoding as probes
-from ..probing import Raised
+from ..probing import Raised, outcome, paired  # noqa: F401  (notebook 08 imports them from here)
 
 
 def log_probs(table, source, prefix):
@@ -170,25 +170,6 @@ def beam_outcome(result, what, alpha=None):
         raise AssertionError(f"{what} failed with ZeroDivisionError: {result.message}. With length_penalty=0 the "
                              "penalty ((5 + n) / 6) ** 0 is 1: " + EXPONENT)
     return outcome(result, what, BEAM_HINT)
-
-
-def outcome(result, what, hint=None):
-    """For a judge: what the answer returned in the probe, or an AssertionError that says how it failed (an
-    AssertionError of the answer's own keeps its message)."""
-    if isinstance(result, Raised):
-        if result.type_name == "AssertionError":
-            raise AssertionError(result.message)
-        raise AssertionError(f"{what} failed with {result.type_name}: {result.message}" + (f". {hint}" if hint else ""))
-    return result
-
-
-def paired(cases, found):
-    """The test's cases (a list, or a dict of lists) zipped with the probe's results for them."""
-    if isinstance(cases, dict):
-        assert isinstance(found, dict) and set(found) == set(cases), "the probe's data does not match the test's cases"
-        return {name: paired(group, found[name]) for name, group in cases.items()}
-    assert isinstance(found, list) and len(found) == len(cases), "the probe's data does not match the test's cases"
-    return list(zip(cases, found))
 
 
 def saw_no_wrong_masks(result, what):
