@@ -1,8 +1,8 @@
 """Oracles of notebook 04 (MultiHeadAttention), shared by its hidden tests and tests/test_components.py.
 
 The expected values come from PyTorch's nn.MultiheadAttention holding the student's weights, and a float64
-formula written out here with einsum, which also computes what the known mistakes compute so that a message
-can name the mistake. Neither is the course's solution (transformer_course.attention). The student's module
+formula written out here with einsum, which also computes what the known mistakes compute (only for a wrong
+answer) so that a message can name the mistake. Neither is the course's solution (transformer_course.attention). The student's module
 runs in the kernel (probes.multi_head), with the course's finished split_heads, merge_heads and
 scaled_dot_product_attention in the notebook's namespace and weights drawn from a seed; the checks here take
 what it returned, and ``mha``, a module that holds the same weights (probes.multi_head.stand_in, or the
@@ -104,9 +104,16 @@ def compare(actual, expected, what, valid=None, mistakes=None, atol=2e-5):
             "divides 0 by 0. Use a large negative finite number (torch.finfo(scores.dtype).min), or "
             "call scaled_dot_product_attention, which handles such rows")
         expected = torch.where(valid, expected.double(), actual)
-        mistakes = {k: torch.where(valid, v.double(), actual) for k, v in mistakes.items()
-                    if v.shape == actual.shape}
+        mistakes = {description: _restricted(produced, valid, actual) for description, produced in mistakes.items()}
     testing.assert_close(actual, expected, what, atol=atol, rtol=1e-4, mistakes=mistakes)
+
+
+def _restricted(produced, valid, actual):
+    """A known mistake's output (or a function computing it, called only if needed) taken where `valid` holds."""
+    def where_valid():
+        value = produced() if callable(produced) else produced
+        return torch.where(valid, value.double(), actual) if value.shape == actual.shape else value
+    return where_valid
 
 
 def output(found, what, query, key, mask=None):
@@ -157,18 +164,18 @@ def check_values(out, mha, n_heads, what, query, key, value):
     testing.check_tensor(out, what, dtype=torch.float32)
     compare(out, expected, what, mistakes={
         "the scores are divided by sqrt(d_model); each head divides by sqrt(d_k)":
-            _explicit(mha, n_heads, *args, scale=d_model)[0],
-        "the scores are not scaled: divide them by sqrt(d_k)": _explicit(mha, n_heads, *args, scale=1)[0],
+            lambda: _explicit(mha, n_heads, *args, scale=d_model)[0],
+        "the scores are not scaled: divide them by sqrt(d_k)": lambda: _explicit(mha, n_heads, *args, scale=1)[0],
         "the scores are divided by d_k; divide them by sqrt(d_k)":
-            _explicit(mha, n_heads, *args, scale=(d_model // n_heads) ** 2)[0],
+            lambda: _explicit(mha, n_heads, *args, scale=(d_model // n_heads) ** 2)[0],
         "the softmax runs over the queries (dim=-2); the weights of each query sum to 1 over the keys (dim=-1)":
-            _explicit(mha, n_heads, *args, softmax_dim=-2)[0],
-        "the values are projected from `key`: use w_v(value)": _explicit(mha, n_heads, *args, value_from_key=True)[0],
+            lambda: _explicit(mha, n_heads, *args, softmax_dim=-2)[0],
+        "the values are projected from `key`: use w_v(value)": lambda: _explicit(mha, n_heads, *args, value_from_key=True)[0],
         "w_o is not applied: the merged heads still go through the output projection":
-            _explicit(mha, n_heads, *args, skip_wo=True)[0],
+            lambda: _explicit(mha, n_heads, *args, skip_wo=True)[0],
         "all d_model features form one head: split them into n_heads heads":
-            _explicit(mha, n_heads, *args, one_head=True)[0],
-        "the heads are interleaved; head h owns features h*d_k:(h+1)*d_k": _explicit(mha, n_heads, *args, interleave=True)[0],
+            lambda: _explicit(mha, n_heads, *args, one_head=True)[0],
+        "the heads are interleaved; head h owns features h*d_k:(h+1)*d_k": lambda: _explicit(mha, n_heads, *args, interleave=True)[0],
     })
 
 
@@ -180,12 +187,12 @@ def check_mask(out, mha, n_heads, what, args, mask):
     expected, _ = _expected(mha, n_heads, *args, mask)
     compare(out, expected, what, valid=valid, mistakes={
         "the mask's polarity is inverted: True means 'may attend', False 'masked out'":
-            _explicit(mha, n_heads, *args, mask, inverted=True)[0],
-        "the mask is ignored: pass it to scaled_dot_product_attention": _explicit(mha, n_heads, *args)[0],
+            lambda: _explicit(mha, n_heads, *args, mask, inverted=True)[0],
+        "the mask is ignored: pass it to scaled_dot_product_attention": lambda: _explicit(mha, n_heads, *args)[0],
         "masked scores are set to 0, which still gets weight after the softmax; fill them with a large "
-        "negative number": _explicit(mha, n_heads, *args, mask, zero_fill=True)[0],
+        "negative number": lambda: _explicit(mha, n_heads, *args, mask, zero_fill=True)[0],
         "masked weights are zeroed after the softmax without renormalising, so the rows no longer sum "
-        "to 1; mask the scores before the softmax": _explicit(mha, n_heads, *args, mask, mask_after=True)[0],
+        "to 1; mask the scores before the softmax": lambda: _explicit(mha, n_heads, *args, mask, mask_after=True)[0],
     })
 
 
@@ -203,8 +210,8 @@ def check_attn(found, mha, n_heads, p, what, query, key, value, mask, train_quer
     _, weights = _expected(mha, n_heads, query, key, value, mask)
     compare(attn, weights, what, mistakes={
         "the weights of the scores divided by sqrt(d_model); each head divides by sqrt(d_k)":
-            _explicit(mha, n_heads, query, key, value, mask, scale=query.shape[-1])[1],
-        "the weights ignore the mask": _explicit(mha, n_heads, query, key, value)[1],
+            lambda: _explicit(mha, n_heads, query, key, value, mask, scale=query.shape[-1])[1],
+        "the weights ignore the mask": lambda: _explicit(mha, n_heads, query, key, value)[1],
     })
     _, weights = _expected(mha, n_heads, train_query, key, value, mask)
     output(found["train"], what.replace("attn after ", "") + " in train mode", train_query, key, mask)
@@ -233,13 +240,13 @@ def check_dropout(out, mha, n_heads, p, what, query, key, value, mask, seed):
     keep_features = _dropout_masks((batch, q_len, d_model), p, seed)   # the heads' outputs or the output
     compare(out, expected, what, mistakes={
         "dropout is never applied in train mode: pass self.dropout to scaled_dot_product_attention":
-            _explicit(mha, n_heads, query, key, value, mask)[0],
+            lambda: _explicit(mha, n_heads, query, key, value, mask)[0],
         "dropout is applied to the scores before the softmax; it belongs on the weights after the softmax":
-            _explicit(mha, n_heads, query, key, value, mask, keep_scores=keep_scores)[0],
+            lambda: _explicit(mha, n_heads, query, key, value, mask, keep_scores=keep_scores)[0],
         "dropout is applied to the heads' outputs; it belongs on the attention weights":
-            _explicit(mha, n_heads, query, key, value, mask, keep_heads=keep_features)[0],
+            lambda: _explicit(mha, n_heads, query, key, value, mask, keep_heads=keep_features)[0],
         "dropout is applied to the output; it belongs on the attention weights":
-            _explicit(mha, n_heads, query, key, value, mask, keep_out=keep_features)[0],
+            lambda: _explicit(mha, n_heads, query, key, value, mask, keep_out=keep_features)[0],
     })
 
 
