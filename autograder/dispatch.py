@@ -11,6 +11,7 @@ deaths); its result still comes back once, so each submission is recorded once.
 """
 import concurrent.futures
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import shutil
 import stat
@@ -156,10 +157,18 @@ def _write_files(workdir, files):
 
 # What every worker imports: the execution's modules (nbgrader, jupyter_client) and the judges' (torch, the course's
 # package and oracles), 3-5 s of a fresh interpreter's time. The fork server imports them once per grading run and
-# forks each worker from itself; a failed import there only costs the worker that time again. torch._dynamo is what
-# an optimizer's first step imports (2 s; 07's judges step optimizers).
-PRELOADED = ["autograder.dispatch", "torch", "torch._dynamo", "transformer_course.probing", "transformer_course.testing",
+# forks each worker from itself; a failed import there only costs the worker that time again.
+PRELOADED = ["autograder.dispatch", "torch", "transformer_course.probing", "transformer_course.testing",
              "transformer_course.oracles"]
+# The assignments whose judges step a torch optimizer, whose first step imports torch._dynamo (1-3 s): imported by
+# the fork server too when one of them is graded. A missing entry costs each worker that time, nothing else
+# (tests/test_grader.py checks the list against the oracles the notebooks import).
+STEPS_OPTIMIZERS = {"07_training", "09_gpt"}
+
+
+def preloaded(assignment=None):
+    """The modules the fork server imports for grading ``assignment``."""
+    return PRELOADED + (["torch._dynamo"] if assignment in STEPS_OPTIMIZERS else [])
 
 
 class LocalPool:
@@ -168,10 +177,12 @@ class LocalPool:
 
     description = "local processes"
 
-    def __init__(self, workers):
+    def __init__(self, workers, assignment=None):
         self.workers = workers
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOADED)
+        context.set_forkserver_preload(preloaded(assignment))
+        # Started now, not at the first submission: its imports overlap the sanitizing of the first submissions.
+        multiprocessing.forkserver.ensure_running()
         self.executor = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
         self.jobs = {}
 
@@ -239,6 +250,7 @@ class DaskPool:
         self.client.close()
 
 
-def open_pool(scheduler, workers, sandbox):
-    """The Dask cluster at ``scheduler``, or ``workers`` local processes when it is None."""
-    return DaskPool(scheduler, sandbox) if scheduler else LocalPool(workers)
+def open_pool(scheduler, workers, sandbox, assignment=None):
+    """The Dask cluster at ``scheduler``, or, when it is None, ``workers`` local processes ready to grade
+    ``assignment``."""
+    return DaskPool(scheduler, sandbox) if scheduler else LocalPool(workers, assignment)

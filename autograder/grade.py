@@ -429,7 +429,7 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
     reports, nbgrader_seconds = {}, 0.0
     if todo:
         try:
-            pool = open_pool(scheduler, workers, sandbox)
+            pool = open_pool(scheduler, workers, sandbox, assignment)
         except ClusterError as error:
             raise GradingError(str(error)) from error
         log(f"grading {len(todo)} submissions of {assignment} on {pool.description} "

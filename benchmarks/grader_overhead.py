@@ -1,11 +1,13 @@
 """Seconds per student for `python -m autograder grade`, this checkout against an earlier commit.
 
     python benchmarks/grader_overhead.py --before 327ebbc --students 2
+    python benchmarks/grader_overhead.py --before 327ebbc --students 2 --assignments 03_masking --repeats 3
 
 Checks the earlier commit out into a scratch worktree with a virtual environment of its own (this one's
 packages, the course installed from that worktree), builds a course of the reference solutions from each
 side's own solutions/, and grades every assignment with each side's grader in turn, interleaved, so that
-a busy machine slows both alike. Smoke mode, two workers, as the grader runs by default on two cores.
+a busy machine slows both alike (a row is the mean of --repeats runs of a side). Smoke mode, two workers,
+as the grader runs by default on two cores.
 """
 import argparse
 import os
@@ -60,6 +62,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the earlier commit")
     parser.add_argument("--students", type=int, default=2)
+    parser.add_argument("--assignments", nargs="*", help="only these (default: every assignment both sides have)")
+    parser.add_argument("--repeats", type=int, default=1, help="grade each assignment this often on each side")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grader-overhead-") as folder:
         scratch = Path(folder)
@@ -68,18 +72,21 @@ def main():
                            PATH=f"{python.parent}{os.pathsep}{os.environ['PATH']}")
                 for name, (_, python) in sides.items()}
         shared = common_assignments([tree for tree, _ in sides.values()])
+        shared = [a for a in shared if not args.assignments or a in args.assignments]
         for name, (tree, python) in sides.items():
             subprocess.run([str(python), "-c", BUILD, str(tree), str(scratch / name), str(args.students),
                             ",".join(shared)], env=envs[name], check=True)
         totals = dict.fromkeys(sides, 0.0)
         for assignment in shared:
-            row = {}
-            for name, (_, python) in sides.items():
-                course = scratch / f"{name}-{assignment}"
-                shutil.copytree(scratch / name, course)
-                row[name] = grade(python, course, assignment, envs[name])
+            row = dict.fromkeys(sides, 0.0)
+            for _ in range(args.repeats):
+                for name, (_, python) in sides.items():
+                    course = scratch / f"{name}-{assignment}"
+                    shutil.copytree(scratch / name, course)
+                    row[name] += grade(python, course, assignment, envs[name]) / args.repeats
+                    shutil.rmtree(course)
+            for name in sides:
                 totals[name] += row[name]
-                shutil.rmtree(course)
             print(f"{assignment:28s} before {row['before']:6.1f} s   after {row['after']:6.1f} s", flush=True)
         print(f"per student: before {totals['before'] / args.students:.1f} s, after "
               f"{totals['after'] / args.students:.1f} s ({100 * (totals['after'] / totals['before'] - 1):+.1f} %)")

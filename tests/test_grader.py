@@ -363,6 +363,22 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     assert all(score == 0 for score, _ in finished.values()), f"the course's finished answers scored: {finished}"
 
 
+def test_the_fork_server_imports_torch_dynamo_for_the_assignments_whose_judges_step_an_optimizer():
+    """An optimizer's first step imports torch._dynamo: the assignments whose oracles step one are listed."""
+    import re
+
+    from autograder.dispatch import STEPS_OPTIMIZERS, preloaded
+
+    oracles = ROOT / "transformer_course" / "oracles"
+    stepping = set()
+    for notebook in SOLUTIONS.glob("*/*.ipynb"):
+        used = set(re.findall(r"transformer_course\.oracles(?:\.| import )(\w+)", notebook.read_text()))
+        if any(re.search(r"optim\.\w+\(", (oracles / f"{module}.py").read_text()) for module in used):
+            stepping.add(notebook.stem)
+    assert stepping == STEPS_OPTIMIZERS
+    assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
+
+
 def test_local_workers_start_with_the_judges_modules_imported():
     """The fork server imports torch, nbgrader and the course's oracles once; each worker is forked with them, so
     a grading run does not pay seconds of imports per worker."""
