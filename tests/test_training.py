@@ -25,7 +25,7 @@ from transformer_course.configs import CONFIGS, make_config
 from transformer_course.devices import choose_device
 from transformer_course.schedules import linear_decay_lr, lr_scheduler
 from transformer_course.teacher_forced import teacher_forced_scores
-from transformer_course.trainer import _check_resumable
+from transformer_course.training_run import _check_resumable
 from transformer_course.training import label_smoothing_loss, noam_lr, train_step
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror

@@ -26,7 +26,7 @@ from .train import add_run_options
 from .checkpoints import load_checkpoint
 from .configs import RECIPE_FILE, load_config
 from .devices import choose_device
-from .trainer import train
+from .training_run import train
 
 
 def parser():

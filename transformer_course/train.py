@@ -18,7 +18,7 @@ import torch
 from .data import Multi30kError
 from .configs import CONFIGS, load_config, make_config
 from .schedules import SCHEDULES
-from .trainer import train
+from .training_run import train
 
 # option -> (section, key, type)
 OVERRIDES = {
