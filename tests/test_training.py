@@ -20,7 +20,8 @@ from transformer_course import Transformer
 from transformer_course.data import Vocab
 from transformer_course.oracles.training import params, reference_step
 from transformer_course.train import main
-from transformer_course.checkpoints import load_checkpoint, save_checkpoint
+import transformer_course.training_run as training_run
+from transformer_course.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, make_config
 from transformer_course.devices import choose_device
 from transformer_course.schedules import linear_decay_lr, lr_scheduler
@@ -272,7 +273,7 @@ def test_cli_help_runs_as_a_module():
 
 
 @needs_mirror
-def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
+def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys, monkeypatch):
     # an uninterrupted run of 2 epochs
     assert run_cli(tmp_path, "whole", "--epochs", "2") == 0
     whole = tmp_path / "whole"
@@ -302,7 +303,12 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
     assert f"the run already reached max_steps={stop_at}, nothing to resume" in capsys.readouterr().out
     assert run_cli(tmp_path, "resumed", "--epochs", "2") == 2, "an existing run is not overwritten without --resume"
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume", "--d-model", "64") == 2, "other settings: refused"
+    reads = []    # last.pt is read once on resume: for the check that there is something to resume, and the restore
+    monkeypatch.setattr(training_run, "read_checkpoint", lambda path, *args, **kwargs: reads.append(Path(path).name)
+                        or read_checkpoint(path, *args, **kwargs))
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume") == 0
+    assert reads == ["last.pt"], f"resuming read {reads}"
+    monkeypatch.undo()
     resumed = json.loads((tmp_path / "resumed" / "log.json").read_text())
     assert resumed["finished"] and [e["step"] for e in resumed["epochs"]] == [e["step"] for e in log["epochs"]]
     assert [r["resumed_at_step"] for r in resumed["runs"]] == [0, stop_at]
