@@ -55,7 +55,7 @@ def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=PAPER.beam_siz
     if limit is not None:
         german, english = german[:limit], english[:limit]
     if subword is not None:
-        sources = subword.encode([s.lower() for s in german] if lowercase else german)
+        sources = subword.to_pieces([s.lower() for s in german] if lowercase else german)
     else:
         sources = data.tokenize(german, "de", lowercase=lowercase)
     start = time.perf_counter()
@@ -68,9 +68,9 @@ def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=PAPER.beam_siz
         model.train(was_training)
     seconds = time.perf_counter() - start
     references = [" ".join(sentence.split()) for sentence in english]     # stray double spaces in the data
-    detokenizer = subword.decode if subword is not None else detokenize
+    detokenizer = subword.to_text if subword is not None else detokenize
     report = bleu_report(hypotheses, references, data.tokenize(references, "en"), capitalize=lowercase,
-                         detokenizer=subword.decode if subword is not None else None)
+                         detokenizer=subword.to_text if subword is not None else None)
     texts = [detokenizer(h) for h in hypotheses]
     texts = [capitalize_first(t) for t in texts] if lowercase else texts
     return Evaluation(report, hypotheses, texts, references, seconds)

@@ -70,7 +70,7 @@ def _pieces(texts, lowercase, vocab_size, token_cache):
     if lowercase:
         texts = {split: [[t.lower() for t in side] for side in pair] for split, pair in texts.items()}
     subword = SubwordTokenizer.train(texts["train"][0] + texts["train"][1], vocab_size or 8000, cache_dir=token_cache)
-    tokens = {split: (subword.encode(german), subword.encode(english)) for split, (german, english) in texts.items()}
+    tokens = {split: (subword.to_pieces(german), subword.to_pieces(english)) for split, (german, english) in texts.items()}
     vocab = Vocab([*SPECIALS, *(p for p in subword.pieces if p not in SPECIALS)])
     return tokens, vocab, vocab, subword
 
