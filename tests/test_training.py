@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import tiny_model
 from transformer_course import Transformer
 from transformer_course.data import Vocab
 from transformer_course.oracles.training import params, reference_step
@@ -32,12 +33,6 @@ from transformer_course.training import label_smoothing_loss, noam_lr, train_ste
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
                                   reason=f"the Multi30k mirror is not at {MIRROR}: set MULTI30K_MIRROR")
-
-
-def tiny_model(pad_idx=0, dropout=0.0, seed=0, src_vocab=11, tgt_vocab=13):
-    torch.manual_seed(seed)
-    return Transformer(src_vocab, tgt_vocab, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                       d_ff=32, dropout=dropout, max_len=64, pad_idx=pad_idx)
 
 
 def padded_batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
