@@ -24,7 +24,8 @@ from transformer_course.train import main
 import transformer_course.training_run as training_run
 from transformer_course.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, make_config
-from transformer_course.devices import choose_device
+from transformer_course import devices
+from transformer_course.devices import amp_dtype, choose_device, cpu_has_bfloat16
 from transformer_course.schedules import linear_decay_lr, lr_scheduler
 from transformer_course.teacher_forced import teacher_forced_scores
 from transformer_course.training_run import _check_resumable
@@ -321,6 +322,32 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys, m
     assert (whole / "last.pt").stat().st_mtime_ns == before
     assert run_cli(tmp_path, "whole", "--epochs", "3", "--resume") == 0
     assert [e["epoch"] for e in json.loads((whole / "log.json").read_text())["epochs"]] == [1, 2, 3]
+
+
+def test_bfloat16_is_chosen_on_a_cpu_only_where_it_has_the_instructions(tmp_path):
+    flags = tmp_path / "cpuinfo"
+    for line, native in (("flags : fpu avx2 avx512f", False), ("flags : fpu avx512f avx512_bf16", True),
+                         ("flags : fpu amx_bf16 amx_tile", True)):
+        flags.write_text(f"processor : 0\n{line}\n")
+        assert cpu_has_bfloat16(flags) is native, line
+    assert cpu_has_bfloat16(tmp_path / "absent") is False
+    cpu = torch.device("cpu")
+    assert amp_dtype(cpu) == (torch.bfloat16 if cpu_has_bfloat16() else None)
+    assert amp_dtype(cpu, amp=False) is None
+
+
+@needs_mirror
+def test_a_cpu_with_bfloat16_trains_in_mixed_precision_and_says_so(tmp_path, capsys, monkeypatch):
+    # autocast to bfloat16 runs on every CPU (emulated where it is not native): the same path as on one that has it
+    monkeypatch.setattr(devices, "cpu_has_bfloat16", lambda: True)
+    assert run_cli(tmp_path, "bf16", "--epochs", "1") == 0
+    assert "precision: bfloat16 mixed precision (autocast) on cpu" in capsys.readouterr().out
+    log = json.loads((tmp_path / "bf16" / "log.json").read_text())
+    assert log["amp"] == "torch.bfloat16" and log["finished"]
+    assert math.isfinite(log["epochs"][0]["val_loss"]) and log["epochs"][0]["val_loss"] < math.log(log["data"]["tgt_vocab"]) + 1
+    assert run_cli(tmp_path, "float32", "--epochs", "1", "--no-amp") == 0
+    assert "precision: float32 (mixed precision turned off)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "float32" / "log.json").read_text())["amp"] is None
 
 
 @pytest.mark.parametrize("options, expected", [

@@ -28,7 +28,7 @@ from .progress import tqdm
 from .checkpoints import average_checkpoints, plain_values, read_checkpoint, save_checkpoint
 from .cpu import flush_denormals, use_fast_dropout
 from .data import PAD, TokenBatchSampler, collate_batch
-from .devices import amp_dtype, choose_device
+from .devices import amp_dtype, choose_device, precision_note
 from .model import build_model
 from .schedules import lr_scheduler
 from .teacher_forced import teacher_forced_scores
@@ -42,7 +42,8 @@ __all__ = ["train", "RunOptions", "TrainingRun", "LossWindow"]
 class RunOptions:
     """How a run is carried out; what it trains is the configuration's business (configs.py).
 
-    device: "auto" (a GPU when there is one), "cpu", "cuda", "cuda:1", "mps"; amp: mixed precision on a GPU;
+    device: "auto" (a GPU when there is one), "cpu", "cuda", "cuda:1", "mps"; amp: mixed precision where it helps
+    (devices.amp_dtype: a CUDA GPU, or a CPU with bfloat16 instructions);
     mirror, cache_dir: where Multi30k is read from and cached (see training_data.load_multi30k);
     save_every_steps, save_every_seconds: how often last.pt is also written between epochs (None: never);
     log_every: training steps per entry of the log; progress: progress bars; print_fn: where messages go;
@@ -149,6 +150,7 @@ class TrainingRun:
         if resume_from is not None:
             self.restore(resume_from)
         self.log["runs"].append({"resumed_at_step": self.position["step"], "hardware": self.log["hardware"]})
+        self.options.print_fn(precision_note(self.device, self.amp_dtype, self.options.amp))
         self.run_started = time.perf_counter()
         self.finish(self.train_epochs())
         return self.log
