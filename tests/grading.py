@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +98,33 @@ def grade_cells_of(notebook, exercise):
             and c.cell_type == "code" and (g == f"test_{exercise}" or g.startswith(f"test_{exercise}_"))]
 
 
+def nbgrader_cell(cell, grade_id, *, solution=False, grade=False, points=0):
+    """`cell` (a cell, or the source of a code cell) with nbgrader's metadata: an answer cell (`solution`), a
+    test cell (`grade`, worth `points`), both (a written answer graded by hand), or a locked cell (neither)."""
+    cell = nbformat.v4.new_code_cell(cell) if isinstance(cell, str) else cell
+    cell.metadata["nbgrader"] = {"grade_id": grade_id, "solution": solution, "grade": grade, "locked": not solution,
+                                 "schema_version": 3, **({"points": points} if grade else {})}
+    return cell
+
+
+def colab(nb, ids="new"):
+    """What Colab hands back: the nbgrader metadata (and nbgrader's editable/deletable) dropped, its own
+    added, the cell ids regenerated (``ids="new"``), kept (``"keep"``) or gone with nbformat 4.0 (``"none"``)."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        for key in ("nbgrader", "editable", "deletable"):
+            cell.metadata.pop(key, None)
+        cell.metadata["colab"] = {"id": uuid.uuid4().hex[:12]}
+        if ids == "new":
+            cell.id = uuid.uuid4().hex[:12]
+        elif ids == "none":
+            del cell["id"]
+    if ids == "none":
+        nb.nbformat_minor = 0
+    nb.metadata["colab"] = {"provenance": []}
+    return nb
+
+
 def with_answers(release, answers):
     """A copy of the release notebook whose answer cells take the given sources (grade_id -> source)."""
     notebook = copy.deepcopy(release)
@@ -132,15 +160,27 @@ GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMO
 
 
 class ScratchCourse:
-    """An nbgrader course directory with the course's configuration and one assignment."""
+    """An nbgrader course directory with the course's configuration and one assignment, released with
+    ``nbgrader generate_assignment`` from `source` (a notebook; default: solutions/<assignment>), or, with
+    `released_copy`, the course's own release (notebooks/<assignment>) copied, without a source. `config`:
+    lines added to the course's nbgrader_config.py. The one way the tests build a course directory."""
 
-    def __init__(self, directory: Path, assignment: str):
-        self.root, self.assignment = directory, assignment
-        shutil.copy(CONFIG, directory / "nbgrader_config.py")
-        shutil.copytree(SOLUTIONS / assignment, directory / "source" / assignment)
-        self.nbgrader("generate_assignment", assignment)
+    def __init__(self, directory: Path, assignment: str, source=None, config="", released_copy=False):
+        self.root, self.assignment = Path(directory), assignment
+        (self.root / "nbgrader_config.py").write_text(CONFIG.read_text() + config)
+        if released_copy:
+            self.path("release").parent.mkdir(parents=True)
+            shutil.copy(ROOT / "notebooks" / assignment / f"{assignment}.ipynb", self.path("release"))
+            self.solution = None
+        else:
+            if source is None:
+                shutil.copytree(SOLUTIONS / assignment, self.root / "source" / assignment)
+            else:
+                self.path("source").parent.mkdir(parents=True)
+                nbformat.write(source, self.path("source"))
+            self.nbgrader("generate_assignment", assignment)
+            self.solution = nbformat.read(self.path("source"), as_version=4)
         self.release = nbformat.read(self.path("release"), as_version=4)
-        self.solution = nbformat.read(self.path("source"), as_version=4)
 
     def path(self, stage, student=None):
         parts = [stage] + ([student] if student else []) + [self.assignment, f"{self.assignment}.ipynb"]
@@ -150,10 +190,15 @@ class ScratchCourse:
         subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=self.root,
                        env=GRADING_ENV, check=True, capture_output=True)
 
-    def submit(self, student, notebook):
+    def submit(self, student, notebook, timestamp=None):
+        """Hand in `notebook` as `student` (with nbgrader's timestamp.txt when `timestamp` is given); returns
+        the student's folder."""
         target = self.path("submitted", student)
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(notebook, target)
+        if timestamp is not None:
+            (target.parent / "timestamp.txt").write_text(timestamp)
+        return target.parent
 
     def solution_answers(self):
         cells = nbgrader_cells(self.solution)

@@ -44,7 +44,7 @@ def cases():
 _graded = {}
 
 
-def graded(assignment, tmp_path_factory):
+def graded_assignment(assignment, tmp_path_factory):
     """Grade every student of one assignment once: (course, scores, feedback, student -> {exercise: answer}).
 
     scores: student -> {grade_id: (score, max)}; feedback: student -> {grade_id: the errors shown}.
@@ -72,7 +72,7 @@ def graded(assignment, tmp_path_factory):
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
 def test_solutions_get_full_marks(assignment, tmp_path_factory):
-    course, scores, _, _ = graded(assignment, tmp_path_factory)
+    course, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
     lost = {cell: score for cell, score in scores["solution"].items() if score[0] != score[1]}
     assert not lost, f"the release filled with the solutions lost points: {lost}"
     assert len(scores["solution"]) >= len(answer_ids(course.solution)), "fewer test cells than exercises"
@@ -80,21 +80,21 @@ def test_solutions_get_full_marks(assignment, tmp_path_factory):
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
 def test_untouched_release_gets_zero_on_every_test_cell(assignment, tmp_path_factory):
-    _, scores, _, _ = graded(assignment, tmp_path_factory)
+    _, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
     scored = {cell: score for cell, score in scores["untouched"].items() if score[0] != 0}
     assert not scored, f"the untouched release scored points: {scored}"
 
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
 def test_the_course_finished_answers_get_zero_on_every_test_cell(assignment, tmp_path_factory):
-    _, scores, _, _ = graded(assignment, tmp_path_factory)
+    _, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
     scored = {cell: score for cell, score in scores["finished"].items() if score[0] != 0}
     assert not scored, f"importing the course's finished answers scored points in plain nbgrader: {scored}"
 
 
 @pytest.mark.parametrize("assignment, kind, answer", list(cases()))
 def test_realistic_answers_are_graded_right(assignment, kind, answer, tmp_path_factory):
-    course, scores, feedback, placement = graded(assignment, tmp_path_factory)
+    course, scores, feedback, placement = graded_assignment(assignment, tmp_path_factory)
     student = next(s for s, chosen in placement.items() if chosen.get(answer.exercise) == answer)
     own_cells = grade_cells_of(course.solution, answer.exercise)
     assert own_cells, f"no test cells for exercise {answer.exercise}"

@@ -13,9 +13,8 @@ import time
 import nbformat
 import pytest
 
-from autograder import CONFIG
 from autograder.sandbox import sandbox_available
-from grading import dask_client, dask_cluster, kill_group
+from grading import ScratchCourse, dask_client, dask_cluster, kill_group
 from test_grader import ASSIGNMENT, CORRECT_ADD, CORRECT_MUL, answer, source_notebook
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
@@ -34,19 +33,11 @@ EXPECTED = {s: {"test_add": add, "test_mul": mul} for s, (_, _, add, mul) in STU
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     """A course with the problem set released and every student's submission handed in, not graded yet."""
-    root = tmp_path_factory.mktemp("course")
-    shutil.copy(CONFIG, root / "nbgrader_config.py")
-    (root / "source" / ASSIGNMENT).mkdir(parents=True)
-    nbformat.write(source_notebook(), root / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--log-level=ERROR"],
-                   cwd=root, check=True, capture_output=True)
-    release = nbformat.read(root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    course = ScratchCourse(tmp_path_factory.mktemp("course"), ASSIGNMENT, source=source_notebook())
     for student, (add, mul, _, _) in STUDENTS.items():
-        folder = root / "submitted" / student / ASSIGNMENT
-        folder.mkdir(parents=True)
-        nbformat.write(answer(release, add, mul), folder / f"{ASSIGNMENT}.ipynb")
+        folder = course.submit(student, answer(course.release, add, mul))
         (folder / "data.txt").write_text(f"{student}'s own file")   # sent to the worker with the notebook
-    return root
+    return course.root
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ import torch
 from transformer_course import data
 from transformer_course.data import (SHA256SUMS, ChecksumError, DownloadError, MisalignedError, MissingFileError,
                                      TokenBatchSampler, TranslationDataset, UnreadableFileError, Vocab, build_vocab,
-                                     collate_batch, fetch, load_split, multi30k_dataloaders, read_sentences,
-                                     tokenize)
+                                     collate_batch, fetch, load_split, read_sentences, tokenize)
+from transformer_course.training_data import multi30k_dataloaders
 
 REAL_MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 

@@ -7,9 +7,10 @@ can change in the kernel before every graded test cell, reads the kernel's own v
 besides the outputs, and fails a test cell during which something had to be put back.
 """
 import pytest
-from nbformat.v4 import new_code_cell, new_notebook
+from nbformat.v4 import new_notebook
 
 from autograder.execute import execute_notebook
+from grading import nbgrader_cell
 from autograder.sandbox import Limits, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
@@ -177,26 +178,16 @@ print("seed tested")
 """
 
 
-def graded(source, grade_id, *, test):
-    cell = new_code_cell(source)
-    cell.metadata["nbgrader"] = {"grade_id": grade_id, "grade": test, "solution": not test, "locked": test,
-                                 "schema_version": 3, **({"points": 1} if test else {})}
-    return cell
-
-
 def one_exercise(name, answer, test):
     """An answer cell and its test cell, the functions renamed to ``name``."""
-    return [graded(answer.replace("add", name), name, test=False),
-            graded(test.replace("add", name), f"test_{name}", test=True)]
+    return [nbgrader_cell(answer.replace("add", name), name, solution=True),
+            nbgrader_cell(test.replace("add", name), f"test_{name}", grade=True, points=1)]
 
 
 def notebook(tricks):
     """The set-up, then for each trick a wrong answer riding with it and its test, followed by a correct
     answer and its test: every trick must fail its own test and leave the next, correct one alone."""
-    setup = new_code_cell(SETUP)
-    setup.metadata["nbgrader"] = {"grade_id": "setup", "grade": False, "solution": False, "locked": True,
-                                  "schema_version": 3}
-    cells = [setup]
+    cells = [nbgrader_cell(SETUP, "setup")]
     for i, (trick, test) in enumerate(tricks):
         cells += one_exercise(f"add{i}", WRONG_ADD + trick, test)
         cells += one_exercise(f"mul{i}", CORRECT_MUL.replace("mul", "add"), TEST_MUL.replace("mul", "add"))
@@ -222,7 +213,8 @@ def test_the_wrong_answer_fails_without_tricks(tmp_path):
 
 
 def test_an_optimizer_step_is_not_tampering(tmp_path):
-    cells = notebook([]).cells + [graded(OPTIMIZER_STEP, "step", test=False), graded(TEST_SEEDED, "test_seed", test=True)]
+    cells = notebook([]).cells + [nbgrader_cell(OPTIMIZER_STEP, "step", solution=True),
+                                    nbgrader_cell(TEST_SEEDED, "test_seed", grade=True, points=1)]
     executed, problems = execute_notebook(new_notebook(cells=cells), tmp_path, LIMITS)
     assert problems == [], f"the grader saw tampering in PyTorch's own doing: {problems}"
     assert [errors(cell) for cell in executed.cells] == [[]] * 3 and "seed tested" in executed.cells[2].outputs[0].text

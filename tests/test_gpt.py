@@ -230,7 +230,7 @@ def test_a_decoder_only_checkpoint_reloads_as_one(tmp_path):
 
 @pytest.mark.skipif(not MIRROR, reason="needs the Multi30k mirror (../shared/data/multi30k)")
 def test_the_trainer_trains_a_decoder_only_translator(tmp_path):
-    from transformer_course.trainer import train
+    from transformer_course.training_run import train
 
     config = load_config(gpt.DECODER_ONLY_RECIPE)
     config["model"].update(d_model=16, n_heads=2, d_ff=32, num_decoder_layers=1)

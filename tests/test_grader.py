@@ -22,8 +22,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from grading import ROOT, SOLUTIONS, answer_ids, nbgrader_cells, solved, with_answers
-from autograder import CONFIG
+from grading import ROOT, ScratchCourse, answer_ids, colab, nbgrader_cell, nbgrader_cells, solved, with_answers
 from autograder.__main__ import main
 from autograder.sandbox import sandbox_available
 
@@ -36,28 +35,22 @@ DATABASE = "other.db"   # the course's gradebook, set in its nbgrader_config.py
 HIDDEN_LINE = 'assert torch.allclose(add(torch.ones(2), torch.ones(2)), 2 * torch.ones(2)), "add is wrong for tensors"'
 
 
-def graded(cell, grade_id, *, solution=False, grade=False, points=0):
-    cell.metadata["nbgrader"] = {"grade_id": grade_id, "solution": solution, "grade": grade, "locked": not solution,
-                                 "schema_version": 3, **({"points": points} if grade else {})}
-    return cell
-
-
 def source_notebook():
     return new_notebook(cells=[
         new_markdown_cell("# Problem set 1\nAdd and multiply."),
-        graded(new_markdown_cell("Answer the question at the end in words."), "instructions"),
-        graded(new_code_cell("import torch"), "imports"),
-        graded(new_code_cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION"),
+        nbgrader_cell(new_markdown_cell("Answer the question at the end in words."), "instructions"),
+        nbgrader_cell(new_code_cell("import torch"), "imports"),
+        nbgrader_cell(new_code_cell("def add(a, b):\n    ### BEGIN SOLUTION\n    return a + b\n    ### END SOLUTION"),
                "add", solution=True),
-        graded(new_code_cell("assert add(1, 2) == 3, \"add(1, 2) should be 3\"\n### BEGIN HIDDEN TESTS\n"
+        nbgrader_cell(new_code_cell("assert add(1, 2) == 3, \"add(1, 2) should be 3\"\n### BEGIN HIDDEN TESTS\n"
                              f"{HIDDEN_LINE}\n### END HIDDEN TESTS"), "test_add", grade=True, points=1),
-        graded(new_code_cell("def mul(a, b):\n    ### BEGIN SOLUTION\n    return a * b\n    ### END SOLUTION"),
+        nbgrader_cell(new_code_cell("def mul(a, b):\n    ### BEGIN SOLUTION\n    return a * b\n    ### END SOLUTION"),
                "mul", solution=True),
-        graded(new_code_cell("assert mul(2, 3) == 6, \"mul(2, 3) should be 6\"\n### BEGIN HIDDEN TESTS\n"
+        nbgrader_cell(new_code_cell("assert mul(2, 3) == 6, \"mul(2, 3) should be 6\"\n### BEGIN HIDDEN TESTS\n"
                              "assert isinstance(mul(2, 3), int), \"mul of two ints should be an int\"\n"
                              "assert not torch.allclose(torch.zeros(1), torch.ones(1))\n### END HIDDEN TESTS"),
                "test_mul", grade=True, points=1),
-        graded(new_markdown_cell("Why does `add` work on tensors too?\n\n### BEGIN SOLUTION\n`+` calls `__add__`, "
+        nbgrader_cell(new_markdown_cell("Why does `add` work on tensors too?\n\n### BEGIN SOLUTION\n`+` calls `__add__`, "
                                  "which tensors define.\n### END SOLUTION"), "why_add", solution=True, grade=True,
                points=2),
     ], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
@@ -106,15 +99,6 @@ def answer(release, add_source, mul_source=CORRECT_MUL, written=None):
     return notebook
 
 
-def colab(notebook):
-    """What Colab hands back: no nbgrader metadata, new cell ids."""
-    notebook = copy.deepcopy(notebook)
-    for i, cell in enumerate(notebook.cells):
-        cell.metadata = {"id": f"colab{i}"}
-        cell.id = f"colab-{i}"
-    return notebook
-
-
 UNGRADABLE = ["corrupt", "stranger"]   # a notebook that is not JSON; another assignment's notebook
 
 
@@ -147,23 +131,16 @@ def grade_by_hand(root, marks):
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     root = tmp_path_factory.mktemp("course")
-    config = CONFIG.read_text() + f'\nc.CourseDirectory.db_url = "sqlite:///{root / DATABASE}"\n'
-    (root / "nbgrader_config.py").write_text(config)
-    (root / "source" / ASSIGNMENT).mkdir(parents=True)
-    nbformat.write(source_notebook(), root / "source" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--log-level=ERROR"],
-                   cwd=root, check=True, capture_output=True)
-    release = nbformat.read(root / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
+    scratch = ScratchCourse(root, ASSIGNMENT, source=source_notebook(),
+                            config=f'\nc.CourseDirectory.db_url = "sqlite:///{root / DATABASE}"\n')
+    release = scratch.release
     submissions = {s: answer(release, src.format(course=root, repo=ROOT), written=WRITTEN if s in ANSWERED else None)
                    for s, src in HOSTILE_ADD.items()}
     submissions["colab"] = colab(answer(release, CORRECT_ADD, written=WRITTEN))
     submissions["stranger"] = nbformat.read(ROOT / "notebooks" / "01_positional_encoding" / "01_positional_encoding.ipynb",
                                             as_version=4)
     for student, notebook in submissions.items():
-        folder = root / "submitted" / student / ASSIGNMENT
-        folder.mkdir(parents=True)
-        nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
-        (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
+        scratch.submit(student, notebook, timestamp="2026-11-20 12:00:00.000000 UTC")
     corrupt = root / "submitted" / "corrupt" / ASSIGNMENT
     corrupt.mkdir(parents=True)
     (corrupt / f"{ASSIGNMENT}.ipynb").write_text('{"cells": [')
@@ -339,17 +316,12 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     """Notebook 01 through the grader: the solutions get every point, the untouched release none, and so
     does the release whose answers import the course's finished versions."""
     assignment = "01_positional_encoding"
-    shutil.copy(CONFIG, tmp_path / "nbgrader_config.py")
-    shutil.copytree(SOLUTIONS / assignment, tmp_path / "source" / assignment)
-    subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", assignment, "--log-level=ERROR"],
-                   cwd=tmp_path, check=True, capture_output=True)
-    release = nbformat.read(tmp_path / "release" / assignment / f"{assignment}.ipynb", as_version=4)
-    solution = nbformat.read(tmp_path / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    course = ScratchCourse(tmp_path, assignment)
+    release = course.release
     finished = with_answers(release, {name: f"from transformer_course import {name}" for name in answer_ids(release)})
-    for student, notebook in (("solved", solved(release, solution)), ("untouched", release), ("finished", finished)):
-        folder = tmp_path / "submitted" / student / assignment
-        folder.mkdir(parents=True)
-        nbformat.write(notebook, folder / f"{assignment}.ipynb")
+    for student, notebook in (("solved", solved(release, course.solution)), ("untouched", release),
+                              ("finished", finished)):
+        course.submit(student, notebook)
     subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, "--workers", "2"],
                    cwd=tmp_path, check=True, capture_output=True, timeout=600)
     from nbgrader.api import Gradebook

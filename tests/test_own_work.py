@@ -14,13 +14,8 @@ import torch.nn as nn
 import transformer_course as course
 import transformer_course.oracles as oracles
 from grading import finished_answers
+from helpers import tiny_model
 from transformer_course.own_work import FINISHED, FinishedAnswerUsed, require_own_work
-
-
-def tiny_model():
-    torch.manual_seed(0)
-    return course.Transformer(11, 13, d_model=8, n_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16,
-                              dropout=0.0).eval()
 
 
 def tiny_gpt():
@@ -29,7 +24,7 @@ def tiny_gpt():
 
 
 def train_step_arguments():
-    model = tiny_model()
+    model = tiny_model().eval()
     return model, torch.tensor([[4, 5, 3]]), torch.tensor([[2, 6, 7, 3]]), torch.optim.SGD(model.parameters(), lr=0.1)
 
 
@@ -62,8 +57,8 @@ CALLS = {
     "label_smoothing_loss": lambda f: f(torch.randn(3, 5), torch.tensor([1, 2, 3])),
     "noam_lr": lambda f: f(10, 512, 4000),
     "train_step": lambda f: f(*train_step_arguments()),
-    "greedy_decode": lambda f: f(tiny_model(), torch.tensor([[4, 5, 3]]), 5, 2, 3),
-    "beam_search": lambda f: f(tiny_model(), torch.tensor([[4, 5, 3]]), 2, 5, 2, 3),
+    "greedy_decode": lambda f: f(tiny_model().eval(), torch.tensor([[4, 5, 3]]), 5, 2, 3),
+    "beam_search": lambda f: f(tiny_model().eval(), torch.tensor([[4, 5, 3]]), 2, 5, 2, 3),
     "corpus_bleu": lambda f: f([["a", "b"]], [["a", "b"]]),
     "apply_rope": lambda f: f(torch.randn(1, 2, 3, 4), torch.arange(3)),
     "CausalSelfAttention": lambda c: c(8, 2)(torch.randn(1, 3, 8)),

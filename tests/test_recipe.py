@@ -23,12 +23,12 @@ SENTENCES = ["Ein Mann fährt Fahrrad.", "A man rides a bike.", "Zwei Hunde spie
 
 def test_subword_pieces_decode_back_to_the_text(tmp_path):
     tokenizer = SubwordTokenizer.train(SENTENCES, vocab_size=120, cache_dir=tmp_path)
-    pieces = tokenizer.encode(["Zwei Männer lesen im Schnee."])[0]
-    assert tokenizer.decode(pieces) == "Zwei Männer lesen im Schnee.", pieces
+    pieces = tokenizer.to_pieces(["Zwei Männer lesen im Schnee."])[0]
+    assert tokenizer.to_text(pieces) == "Zwei Männer lesen im Schnee.", pieces
     assert "<unk>" not in tokenizer.pieces and len(tokenizer.pieces) == len(tokenizer) - 1
     again = SubwordTokenizer.train(SENTENCES, vocab_size=120, cache_dir=tmp_path)        # from the cache
     assert again.model_proto == tokenizer.model_proto and len(list(tmp_path.glob("*.model"))) == 1
-    assert SubwordTokenizer(tokenizer.model_proto).encode(["Ein Hund"]) == tokenizer.encode(["Ein Hund"])
+    assert SubwordTokenizer(tokenizer.model_proto).to_pieces(["Ein Hund"]) == tokenizer.to_pieces(["Ein Hund"])
 
 
 def test_tied_embeddings_share_one_matrix():
@@ -118,7 +118,7 @@ def test_subword_data_shares_one_vocabulary(tmp_path):
     assert data.src_vocab is data.tgt_vocab and len(data.src_vocab) == 400 + 3   # + <pad> <bos> <eos>
     assert data.src_vocab.itos[:4] == ["<pad>", "<unk>", "<bos>", "<eos>"]
     pieces = data.src_vocab.decode(data.train[0][1][1:-1])
-    assert data.subword.decode(pieces) == " ".join(data.train.tgt_tokens[0]).replace(" ", "").replace("▁", " ").strip()
+    assert data.subword.to_text(pieces) == " ".join(data.train.tgt_tokens[0]).replace(" ", "").replace("▁", " ").strip()
 
 
 @needs_mirror

@@ -16,6 +16,7 @@ import pytest
 from nbgrader.preprocessors import CheckCellMetadata, DeduplicateIds
 
 from autograder.repair import RepairError, repair_file, repair_notebook
+from grading import colab
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -86,23 +87,6 @@ def answered(release, name):
     return nb
 
 
-def colab(nb, ids="new"):
-    """What Colab does: drops the nbgrader metadata (and nbgrader's editable/deletable), adds its own,
-    regenerates the cell ids (``ids="new"``), keeps them (``"keep"``) or saves nbformat 4.0 without
-    ids (``"none"``)."""
-    nb = copy.deepcopy(nb)
-    for cell in nb.cells:
-        for key in ("nbgrader", "editable", "deletable"):
-            cell.metadata.pop(key, None)
-        cell.metadata["colab"] = {"id": uuid.uuid4().hex[:12]}
-        if ids == "new":
-            cell.id = uuid.uuid4().hex[:12]
-        elif ids == "none":
-            del cell["id"]
-    if ids == "none":
-        nb.nbformat_minor = 0
-    nb.metadata["colab"] = {"provenance": []}
-    return nb
 
 
 def new_cell(cell_type, source):

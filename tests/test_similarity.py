@@ -3,28 +3,23 @@ from tests/submissions, one who pasted the course package's LayerNorm, two who c
 answers read the test's frame and start a thread (red flags), and an untouched release. No kernels: nothing is
 executed.
 """
-import copy
 import csv
 import inspect
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
-import uuid
 
 import nbformat
 import pytest
-from grading import ROOT, load_suite, with_answers
+from grading import ROOT, ScratchCourse, colab, load_suite, with_answers
 
 import transformer_course
-from autograder import CONFIG
 from autograder.__main__ import main
 from autograder.similarity import PACKAGE, normalise, red_flags, similarity_report
 
 ASSIGNMENT = "05_layer_norm_feed_forward"
-RELEASE = ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 WRONG, UNUSUAL = load_suite(ASSIGNMENT)
 
 HEIDI = {
@@ -144,28 +139,11 @@ def answers():
     }
 
 
-def colab(notebook):
-    """The nbgrader metadata dropped and the cell ids regenerated, as Colab does."""
-    notebook = copy.deepcopy(notebook)
-    for cell in notebook.cells:
-        cell.metadata.pop("nbgrader", None)
-        cell.id = uuid.uuid4().hex[:12]
-    return notebook
-
-
-def submit(root, student, notebook):
-    folder = root / "submitted" / student / ASSIGNMENT
-    folder.mkdir(parents=True)
-    nbformat.write(notebook, folder / f"{ASSIGNMENT}.ipynb")
-
-
 def make_course(root):
     """The course directory: configuration, the release (as nbgrader generate_assignment writes it, the
     same as notebooks/) and the submissions."""
-    shutil.copy(CONFIG, root / "nbgrader_config.py")
-    (root / "release" / ASSIGNMENT).mkdir(parents=True)
-    shutil.copy(RELEASE, root / "release" / ASSIGNMENT)
-    release = nbformat.read(RELEASE, as_version=4)
+    course = ScratchCourse(root, ASSIGNMENT, released_copy=True)
+    release = course.release
     stubs = {c.metadata.nbgrader["grade_id"]: c.source for c in release.cells if "nbgrader" in c.metadata}
     for student, chosen in answers().items():
         chosen = {g: stubs[g].replace("# YOUR CODE HERE", "# YOUR CODE HERE (todo)") if a is None else a
@@ -173,8 +151,8 @@ def make_course(root):
         notebook = with_answers(release, chosen)
         if student == "mallory":
             notebook.cells.append(nbformat.v4.new_code_cell(ADDED_CELL))
-        submit(root, student, colab(notebook) if student == "erin" else notebook)
-    submit(root, "leo", nbformat.read(ROOT / "notebooks" / "03_masking" / "03_masking.ipynb", as_version=4))
+        course.submit(student, colab(notebook) if student == "erin" else notebook)
+    course.submit("leo", nbformat.read(ROOT / "notebooks" / "03_masking" / "03_masking.ipynb", as_version=4))
 
 
 @pytest.fixture(scope="module")

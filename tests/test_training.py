@@ -16,27 +16,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import tiny_model
 from transformer_course import Transformer
 from transformer_course.data import Vocab
 from transformer_course.oracles.training import params, reference_step
 from transformer_course.train import main
-from transformer_course.checkpoints import load_checkpoint, save_checkpoint
+import transformer_course.training_run as training_run
+from transformer_course.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, make_config
-from transformer_course.devices import choose_device
+from transformer_course import devices
+from transformer_course.devices import amp_dtype, choose_device, cpu_has_bfloat16
 from transformer_course.schedules import linear_decay_lr, lr_scheduler
 from transformer_course.teacher_forced import teacher_forced_scores
-from transformer_course.trainer import _check_resumable
+from transformer_course.training_run import _check_resumable
 from transformer_course.training import label_smoothing_loss, noam_lr, train_step
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
                                   reason=f"the Multi30k mirror is not at {MIRROR}: set MULTI30K_MIRROR")
-
-
-def tiny_model(pad_idx=0, dropout=0.0, seed=0, src_vocab=11, tgt_vocab=13):
-    torch.manual_seed(seed)
-    return Transformer(src_vocab, tgt_vocab, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
-                       d_ff=32, dropout=dropout, max_len=64, pad_idx=pad_idx)
 
 
 def padded_batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
@@ -272,7 +269,7 @@ def test_cli_help_runs_as_a_module():
 
 
 @needs_mirror
-def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
+def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys, monkeypatch):
     # an uninterrupted run of 2 epochs
     assert run_cli(tmp_path, "whole", "--epochs", "2") == 0
     whole = tmp_path / "whole"
@@ -302,7 +299,12 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
     assert f"the run already reached max_steps={stop_at}, nothing to resume" in capsys.readouterr().out
     assert run_cli(tmp_path, "resumed", "--epochs", "2") == 2, "an existing run is not overwritten without --resume"
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume", "--d-model", "64") == 2, "other settings: refused"
+    reads = []    # last.pt is read once on resume: for the check that there is something to resume, and the restore
+    monkeypatch.setattr(training_run, "read_checkpoint", lambda path, *args, **kwargs: reads.append(Path(path).name)
+                        or read_checkpoint(path, *args, **kwargs))
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume") == 0
+    assert reads == ["last.pt"], f"resuming read {reads}"
+    monkeypatch.undo()
     resumed = json.loads((tmp_path / "resumed" / "log.json").read_text())
     assert resumed["finished"] and [e["step"] for e in resumed["epochs"]] == [e["step"] for e in log["epochs"]]
     assert [r["resumed_at_step"] for r in resumed["runs"]] == [0, stop_at]
@@ -320,6 +322,32 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys):
     assert (whole / "last.pt").stat().st_mtime_ns == before
     assert run_cli(tmp_path, "whole", "--epochs", "3", "--resume") == 0
     assert [e["epoch"] for e in json.loads((whole / "log.json").read_text())["epochs"]] == [1, 2, 3]
+
+
+def test_bfloat16_is_chosen_on_a_cpu_only_where_it_has_the_instructions(tmp_path):
+    flags = tmp_path / "cpuinfo"
+    for line, native in (("flags : fpu avx2 avx512f", False), ("flags : fpu avx512f avx512_bf16", True),
+                         ("flags : fpu amx_bf16 amx_tile", True)):
+        flags.write_text(f"processor : 0\n{line}\n")
+        assert cpu_has_bfloat16(flags) is native, line
+    assert cpu_has_bfloat16(tmp_path / "absent") is False
+    cpu = torch.device("cpu")
+    assert amp_dtype(cpu) == (torch.bfloat16 if cpu_has_bfloat16() else None)
+    assert amp_dtype(cpu, amp=False) is None
+
+
+@needs_mirror
+def test_a_cpu_with_bfloat16_trains_in_mixed_precision_and_says_so(tmp_path, capsys, monkeypatch):
+    # autocast to bfloat16 runs on every CPU (emulated where it is not native): the same path as on one that has it
+    monkeypatch.setattr(devices, "cpu_has_bfloat16", lambda: True)
+    assert run_cli(tmp_path, "bf16", "--epochs", "1") == 0
+    assert "precision: bfloat16 mixed precision (autocast) on cpu" in capsys.readouterr().out
+    log = json.loads((tmp_path / "bf16" / "log.json").read_text())
+    assert log["amp"] == "torch.bfloat16" and log["finished"]
+    assert math.isfinite(log["epochs"][0]["val_loss"]) and log["epochs"][0]["val_loss"] < math.log(log["data"]["tgt_vocab"]) + 1
+    assert run_cli(tmp_path, "float32", "--epochs", "1", "--no-amp") == 0
+    assert "precision: float32 (mixed precision turned off)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "float32" / "log.json").read_text())["amp"] is None
 
 
 @pytest.mark.parametrize("options, expected", [

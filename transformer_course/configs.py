@@ -3,8 +3,11 @@ transformer_course/recipes/multi30k_de_en.json when this module is imported. A c
 sections: "model" (the Transformer's keyword arguments), "data" (load_multi30k's), "train" (the run's) and,
 for the recipe, "evaluate" (beam size and length penalty α)."""
 import copy
+import dataclasses
 import json
 from pathlib import Path
+
+from .decoding import PAPER
 
 __all__ = ["CONFIGS", "SECTIONS", "RECIPE_FILE", "load_config", "make_config"]
 
@@ -49,7 +52,7 @@ def load_config(path):
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; a configuration has {list(SECTIONS)}")
     config = copy.deepcopy(CONFIGS["full"])
-    config.setdefault("evaluate", {"beam_size": 4, "alpha": 0.6})
+    config["evaluate"] = dataclasses.asdict(PAPER)      # the paper's decoding unless the file says otherwise
     for section in SECTIONS:
         optional = {"architecture"} if section == "model" else set()   # model.build_model's; a Transformer by default
         extra = sorted(set(stored.get(section, {})) - set(config[section]) - optional)

@@ -6,9 +6,10 @@ The pipeline, one step per section below:
     --tokenize--> token lists --build_vocab / Vocab--> ids --TranslationDataset--> (src, tgt) id tensors
     --TokenBatchSampler + collate_batch--> padded [B, S] / [B, T] LongTensors
 
-`multi30k_dataloaders()` runs all of it. The data is downloaded at run time and never redistributed
-(see data/README.md); set MULTI30K_MIRROR to a folder holding the six official .gz files to work
-offline, and MULTI30K_CACHE to move the download cache (default ~/.cache/transformer_course/multi30k).
+`transformer_course.training_data` runs all of it (`load_multi30k`, `multi30k_dataloaders`). The data is
+downloaded at run time and never redistributed (see data/README.md); set MULTI30K_MIRROR to a folder holding
+the six official .gz files to work offline, and MULTI30K_CACHE to move the download cache (default
+~/.cache/transformer_course/multi30k).
 """
 import functools
 import gzip
@@ -25,12 +26,11 @@ import warnings
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.nn.utils.rnn import pad_sequence
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset, Sampler
 from .progress import tqdm
 
 from .extras import import_extra
@@ -40,7 +40,6 @@ __all__ = [
     "Multi30kError", "MissingFileError", "ChecksumError", "DownloadError", "UnreadableFileError", "MisalignedError",
     "default_cache_dir", "fetch", "read_sentences", "load_split", "tokenize",
     "Vocab", "build_vocab", "TranslationDataset", "TokenBatchSampler", "collate_batch",
-    "Multi30k", "multi30k_dataloaders",
 ]
 
 # ----------------------------------------------------------------------------- the official files
@@ -436,43 +435,6 @@ def collate_batch(pairs, src_pad_id=0, tgt_pad_id=0):
     src, tgt = zip(*pairs)
     return (pad_sequence(src, batch_first=True, padding_value=src_pad_id),
             pad_sequence(tgt, batch_first=True, padding_value=tgt_pad_id))
-
-
-# ----------------------------------------------------------------------------- everything at once
-
-class Multi30k(NamedTuple):
-    train: DataLoader
-    val: DataLoader
-    test: DataLoader
-    src_vocab: Vocab  # German
-    tgt_vocab: Vocab  # English
-
-
-def multi30k_dataloaders(max_tokens=4096, min_freq=2, lowercase=False, seed=0, pool_size=4096, num_workers=0,
-                         cache_dir=None, cache_tokens=True, **fetch_options) -> Multi30k:
-    """German→English DataLoaders for train (shuffled, length-bucketed), val and test (in file order), and
-    the two vocabularies, built from the training split only.
-
-    The paper used 25,000 tokens a batch on 8 GPUs; 4096 suits one GPU and the small Multi30k. Tokens are
-    cached under `cache_dir`/tokens. `fetch_options` (mirror, base_url, checksums, tries, ...) go to `fetch`.
-    """
-    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    token_cache = cache_dir / "tokens" if cache_tokens else None
-    tokens = {}
-    for split in ("train", "val", "test"):
-        german, english = load_split(split, cache_dir=cache_dir, **fetch_options)
-        tokens[split] = (tokenize(german, "de", lowercase, token_cache),
-                         tokenize(english, "en", lowercase, token_cache))
-    src_vocab = build_vocab(tokens["train"][0], min_freq=min_freq)
-    tgt_vocab = build_vocab(tokens["train"][1], min_freq=min_freq)
-    collate = functools.partial(collate_batch, src_pad_id=src_vocab.stoi[PAD], tgt_pad_id=tgt_vocab.stoi[PAD])
-
-    def loader(split, shuffle):
-        dataset = TranslationDataset(*tokens[split], src_vocab, tgt_vocab)
-        sampler = TokenBatchSampler(dataset.lengths, max_tokens, shuffle=shuffle, pool_size=pool_size, seed=seed)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
-
-    return Multi30k(loader("train", True), loader("val", False), loader("test", False), src_vocab, tgt_vocab)
 
 
 def main(argv=None):

@@ -10,16 +10,31 @@ is the one of Wu et al. (2016), "Google's Neural Machine Translation System":
 
     score(Y) = log P(Y | X) / lp(Y),    lp(Y) = ((5 + |Y|) / 6) ** alpha,
 
-with |Y| the number of tokens after <bos> (the final <eos> included).
+with |Y| the number of tokens after <bos> (the final <eos> included). `PAPER` holds those two settings;
+`translate`, `transformer_course.evaluate` and `transformer_course.reproduce` take their defaults from it.
 """
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 from .cache import IncrementalDecoder, generate
 from .masks import causal_mask, padding_mask
 
-__all__ = ["greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree", "wu_length_penalty",
-           "strip_specials", "translate", "top_k_filter", "top_p_filter", "sampling_distribution", "sample_decode"]
+__all__ = ["DecodingSettings", "PAPER", "greedy_decode", "beam_search", "beam_search_batch", "beam_search_tree",
+           "wu_length_penalty", "strip_specials", "translate", "top_k_filter", "top_p_filter", "sampling_distribution",
+           "sample_decode"]
+
+
+@dataclass(frozen=True)
+class DecodingSettings:
+    """How translations are searched: `beam_size` hypotheses kept at each step (1 = greedy decoding) and
+    Wu et al.'s length penalty `alpha` (see the module's docstring)."""
+    beam_size: int
+    alpha: float
+
+
+PAPER = DecodingSettings(beam_size=4, alpha=0.6)     # the paper's, section 6.1
 
 
 def _next_log_probs(model, ys, memory, src_mask):
@@ -61,7 +76,7 @@ def _penalised(total, ids, alpha):
 
 
 @torch.no_grad()
-def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty=0.6):
+def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty=PAPER.alpha):
     """The best translation of one sentence, src [1, S], as a list of ids (<bos> first, <eos> last if produced).
 
     Each step extends every live hypothesis by every token and keeps the `beam_size` extensions with the
@@ -118,7 +133,7 @@ class _Beam:
 
 
 @torch.no_grad()
-def beam_search_batch(model, src, beam_size, max_len, bos_idx, eos_idx, alpha=0.6):
+def beam_search_batch(model, src, beam_size, max_len, bos_idx, eos_idx, alpha=PAPER.alpha):
     """`beam_search` for every sentence of a padded batch src [B, S] at once: a list of B id lists.
 
     Each sentence is searched exactly as `beam_search` describes it, with `max_len` (an int, or one per
@@ -232,7 +247,7 @@ def strip_specials(ids, bos_idx, eos_idx, pad_idx):
 
 
 @torch.no_grad()
-def translate(model, sentences, src_vocab, tgt_vocab, beam_size=1, alpha=0.6, max_extra=50, batch_size=64,
+def translate(model, sentences, src_vocab, tgt_vocab, beam_size=1, alpha=PAPER.alpha, max_extra=50, batch_size=64,
               device=None, progress=False):
     """Token lists in the source language -> token lists in the target language.
 

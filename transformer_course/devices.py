@@ -1,9 +1,11 @@
-"""Where a model runs and in what precision: the device choice and mixed precision on a CUDA GPU."""
+"""Where a model runs and in what precision: the device choice, and mixed precision on a CUDA GPU or on a CPU
+with bfloat16 instructions."""
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
 
-__all__ = ["choose_device", "amp_dtype", "autocast"]
+__all__ = ["choose_device", "amp_dtype", "autocast", "cpu_has_bfloat16", "precision_note"]
 
 
 def choose_device(device="auto"):
@@ -31,12 +33,39 @@ def _has_mps():
 
 
 def amp_dtype(device, amp=True):
-    """The dtype of mixed precision on a CUDA GPU, None elsewhere or without `amp`: bfloat16 on Ampere or newer
-    (no loss scaling needed), else float16 with loss scaling (e.g. Colab's T4, where bfloat16 would only be
-    emulated)."""
-    if not amp or device.type != "cuda":
+    """The dtype of mixed precision, None without `amp` or where it would not help:
+    * a CUDA GPU: bfloat16 on Ampere or newer (no loss scaling needed), else float16 with loss scaling (e.g.
+      Colab's T4, where bfloat16 would only be emulated);
+    * a CPU with bfloat16 instructions (AVX512-BF16 or AMX): bfloat16, whose matrix products run about 1.5 times
+      as fast; on other CPUs bfloat16 is emulated and slower, so float32 (None);
+    * elsewhere (MPS): None."""
+    if not amp:
         return None
-    return torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+    if device.type == "cpu" and cpu_has_bfloat16():
+        return torch.bfloat16
+    return None
+
+
+def cpu_has_bfloat16(cpuinfo="/proc/cpuinfo"):
+    """Whether this CPU multiplies bfloat16 natively (the avx512_bf16 or amx_bf16 flag of Linux's cpuinfo)."""
+    try:
+        flags = set(Path(cpuinfo).read_text().split())
+    except OSError:        # not Linux: no way to tell cheaply, so float32
+        return False
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def precision_note(device, dtype, amp=True):
+    """One line for a training log: the precision the run computes in, and why."""
+    if dtype is not None:
+        return f"precision: {str(dtype).removeprefix('torch.')} mixed precision (autocast) on {device.type}"
+    if not amp:
+        return "precision: float32 (mixed precision turned off)"
+    if device.type == "cpu":
+        return "precision: float32 (this CPU has no bfloat16 instructions, AVX512-BF16 or AMX)"
+    return f"precision: float32 on {device.type}"
 
 
 def autocast(device, dtype):

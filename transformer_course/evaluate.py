@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from . import data
 from .bleu import BleuReport, bleu_report, capitalize_first, detokenize
-from .decoding import translate
+from .decoding import PAPER, translate
 
 
 class Evaluation(NamedTuple):
@@ -43,9 +43,9 @@ class TestSetError(ValueError):
     """A --src or --ref file that cannot be a test set: missing, unreadable, or not line for line parallel."""
 
 
-def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=4, alpha=0.6, max_extra=50, batch_size=64,
-             limit=None, lowercase=False, subword=None, device=None, progress=False, sentences=None,
-             **fetch_options):
+def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=PAPER.beam_size, alpha=PAPER.alpha,
+             max_extra=50, batch_size=64, limit=None, lowercase=False, subword=None, device=None, progress=False,
+             sentences=None, **fetch_options):
     """Translate `split` of Multi30k with the model and score it: an Evaluation. `lowercase`: the model was
     trained on lowercased text (its input is lowercased, and its detokenised output gets a capital first
     letter before cased sacreBLEU). `subword`: the SubwordTokenizer of a model trained on subwords (the
@@ -55,7 +55,7 @@ def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=4, alpha=0.6, 
     if limit is not None:
         german, english = german[:limit], english[:limit]
     if subword is not None:
-        sources = subword.encode([s.lower() for s in german] if lowercase else german)
+        sources = subword.to_pieces([s.lower() for s in german] if lowercase else german)
     else:
         sources = data.tokenize(german, "de", lowercase=lowercase)
     start = time.perf_counter()
@@ -68,9 +68,9 @@ def evaluate(model, src_vocab, tgt_vocab, split="test", beam_size=4, alpha=0.6, 
         model.train(was_training)
     seconds = time.perf_counter() - start
     references = [" ".join(sentence.split()) for sentence in english]     # stray double spaces in the data
-    detokenizer = subword.decode if subword is not None else detokenize
+    detokenizer = subword.to_text if subword is not None else detokenize
     report = bleu_report(hypotheses, references, data.tokenize(references, "en"), capitalize=lowercase,
-                         detokenizer=subword.decode if subword is not None else None)
+                         detokenizer=subword.to_text if subword is not None else None)
     texts = [detokenizer(h) for h in hypotheses]
     texts = [capitalize_first(t) for t in texts] if lowercase else texts
     return Evaluation(report, hypotheses, texts, references, seconds)
@@ -115,8 +115,10 @@ def build_parser():
                         help="which Multi30k split to translate (default: test = test_2016_flickr)")
     parser.add_argument("--src", help="a test set of your own: German sentences, one a line (UTF-8 text, or .gz)")
     parser.add_argument("--ref", help="the English references of --src, line for line")
-    parser.add_argument("--beam", type=int, default=4, help="beam size; 1 = greedy decoding (default: 4, the paper's)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty alpha (default: 0.6, the paper's)")
+    parser.add_argument("--beam", type=int, default=PAPER.beam_size,
+                        help=f"beam size; 1 = greedy decoding (default: {PAPER.beam_size}, the paper's)")
+    parser.add_argument("--alpha", type=float, default=PAPER.alpha,
+                        help=f"length penalty alpha (default: {PAPER.alpha}, the paper's)")
     parser.add_argument("--max-extra", type=int, default=50,
                         help="a translation may have up to source length + this many tokens (default: 50)")
     parser.add_argument("--batch-size", type=int, default=64, help="sentences decoded together (default: 64)")

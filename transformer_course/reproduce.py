@@ -26,7 +26,7 @@ from .train import add_run_options
 from .checkpoints import load_checkpoint
 from .configs import RECIPE_FILE, load_config
 from .devices import choose_device
-from .trainer import train
+from .training_run import train
 
 
 def parser():
@@ -50,7 +50,7 @@ def read_config(path):
 
 def alphas(config):
     """The length penalties to try on the validation set: the configuration's "alpha", a number or a list."""
-    alpha = config.get("evaluate", {}).get("alpha", 0.6)
+    alpha = config["evaluate"]["alpha"]
     return [float(a) for a in alpha] if isinstance(alpha, (list, tuple)) else [float(alpha)]
 
 
@@ -60,7 +60,7 @@ def score(checkpoint_path, split, config, alpha, device, fetch_options, progress
     model = checkpoint["model"].to(device)
     model.set_need_weights(False)
     return evaluate(model, checkpoint["src_vocab"], checkpoint["tgt_vocab"], split=split,
-                    beam_size=config.get("evaluate", {}).get("beam_size", 4), alpha=alpha,
+                    beam_size=config["evaluate"]["beam_size"], alpha=alpha,
                     lowercase=bool(config["data"].get("lowercase")), subword=checkpoint.get("subword"),
                     limit=limit, device=device, progress=progress, **fetch_options)
 

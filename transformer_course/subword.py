@@ -67,7 +67,10 @@ def _sentencepiece():
 
 
 class SubwordTokenizer:
-    """Text <-> subword pieces with a trained SentencePiece model, kept as bytes (so it travels in checkpoints)."""
+    """Text <-> subword pieces with a trained SentencePiece model, kept as bytes (so it travels in checkpoints).
+
+    Its methods are `to_pieces` and `to_text`, not encode/decode: those are the names of the model's
+    (`Transformer.encode`, `.decode`) and of the Vocab's (tokens <-> ids), which the exercises fix."""
 
     def __init__(self, model_proto: bytes):
         self.model_proto = bytes(model_proto)
@@ -107,12 +110,12 @@ class SubwordTokenizer:
         return [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())
                 if not self._processor.is_unknown(i)]
 
-    def encode(self, sentences):
+    def to_pieces(self, sentences):
         """Raw strings -> lists of pieces."""
         return self._processor.encode(list(sentences), out_type=str)
 
-    def decode(self, pieces):
-        """A list of pieces -> text (the inverse of `encode`)."""
+    def to_text(self, pieces):
+        """A list of pieces -> text (the inverse of `to_pieces`)."""
         return self._processor.decode_pieces(list(pieces))
 
     def __len__(self):

@@ -18,7 +18,7 @@ import torch
 from .data import Multi30kError
 from .configs import CONFIGS, load_config, make_config
 from .schedules import SCHEDULES
-from .trainer import train
+from .training_run import train
 
 # option -> (section, key, type)
 OVERRIDES = {
@@ -61,7 +61,7 @@ def parser():
     p.add_argument("--config", help="a configuration file (JSON, e.g. transformer_course/recipes/*.json) instead of "
                                     "a mode; the options below still change its settings")
     add_run_options(p, "folder for best.pt, last.pt and log.json")
-    p.add_argument("--no-amp", dest="amp", action="store_false", help="no mixed precision on the GPU")
+    p.add_argument("--no-amp", dest="amp", action="store_false", help="float32 only (no mixed precision)")
     p.add_argument("--save-every-steps", type=int, help="also write last.pt every N steps")
     p.add_argument("--save-every-seconds", type=float, default=600, help="also write last.pt this often (default 600)")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bars")

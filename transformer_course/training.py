@@ -6,7 +6,7 @@
 
 The rest of training lives beside this module: schedules.py (the LambdaLR schedules), teacher_forced.py
 (validation loss, perplexity and accuracy), checkpoints.py, configs.py (the training configurations),
-training_data.py (Multi30k as batches), devices.py and trainer.py (the whole run behind
+training_data.py (Multi30k as batches), devices.py and training_run.py (the whole run behind
 `python -m transformer_course.train`).
 """
 import torch

@@ -18,7 +18,9 @@ import platform
 import signal
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from .progress import tqdm
@@ -26,45 +28,66 @@ from .progress import tqdm
 from .checkpoints import average_checkpoints, plain_values, read_checkpoint, save_checkpoint
 from .cpu import flush_denormals, use_fast_dropout
 from .data import PAD, TokenBatchSampler, collate_batch
-from .devices import amp_dtype, choose_device
+from .devices import amp_dtype, choose_device, precision_note
 from .model import build_model
 from .schedules import lr_scheduler
 from .teacher_forced import teacher_forced_scores
 from .training import amp_train_step
 from .training_data import batches_of, load_multi30k
 
-__all__ = ["train", "TrainingRun", "LossWindow"]
+__all__ = ["train", "RunOptions", "TrainingRun", "LossWindow"]
 
 
-def train(config, out_dir, *, resume=False, device="auto", amp=True, mirror=None, cache_dir=None,
-          save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print,
-          model_builder=None):
-    """Train a Transformer on Multi30k German→English as `config` says (see configs.CONFIGS / make_config).
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is carried out; what it trains is the configuration's business (configs.py).
+
+    device: "auto" (a GPU when there is one), "cpu", "cuda", "cuda:1", "mps"; amp: mixed precision where it helps
+    (devices.amp_dtype: a CUDA GPU, or a CPU with bfloat16 instructions);
+    mirror, cache_dir: where Multi30k is read from and cached (see training_data.load_multi30k);
+    save_every_steps, save_every_seconds: how often last.pt is also written between epochs (None: never);
+    log_every: training steps per entry of the log; progress: progress bars; print_fn: where messages go;
+    model_builder: `model_builder(**config["model"])` builds the model (default: model.build_model; a notebook
+    passes one that uses its own classes)."""
+    device: str = "auto"
+    amp: bool = True
+    mirror: object = None
+    cache_dir: object = None
+    save_every_steps: int = None
+    save_every_seconds: float = 600
+    log_every: int = 10
+    progress: bool = True
+    print_fn: Callable = print
+    model_builder: Callable = None
+
+
+def train(config, out_dir, *, resume=False, **options):
+    """Train a Transformer on Multi30k German→English as `config` says (see configs.CONFIGS / make_config),
+    carried out as `options` (the fields of RunOptions, e.g. device="cpu", progress=False) say.
 
     Writes to `out_dir`: best.pt (the weights with the lowest validation loss so far), last.pt (everything
     needed to resume: weights, optimizer, schedule, position in the data, random state, log) and log.json
     (losses and timings). Validation runs at the end of every epoch; last.pt is also written every
     `save_every_steps` steps and every `save_every_seconds`, and when Ctrl-C stops the run. With `resume`
     the run in out_dir/last.pt goes on where it stopped, and ends at the same weights as an uninterrupted
-    run. Returns the log (a dict, also in log.json). `model_builder(**config["model"])` builds the model
-    (default: model.build_model; a notebook passes one that uses its own classes).
+    run. Returns the log (a dict, also in log.json).
     """
+    options = RunOptions(**options)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     last_path = out_dir / "last.pt"
     if last_path.exists() and not resume:
         raise FileExistsError(f"{out_dir} already holds a run (last.pt): resume it (resume=True / --resume) "
                               "or choose another output folder")
-    if resume and last_path.exists():
-        stored = read_checkpoint(last_path)
+    stored = read_checkpoint(last_path) if resume and last_path.exists() else None   # read once, used twice
+    if stored is not None:
         done = _nothing_to_resume(out_dir, stored, config)
         if done is not None:
-            print_fn(done)
+            options.print_fn(done)
             return json.loads(stored["log"])
-    run = TrainingRun(config, out_dir, device=device, amp=amp, mirror=mirror, cache_dir=cache_dir,
-                      save_every_steps=save_every_steps, save_every_seconds=save_every_seconds,
-                      log_every=log_every, progress=progress, print_fn=print_fn, model_builder=model_builder)
-    return run.run(resume=resume)
+    elif resume:
+        options.print_fn(f"nothing to resume in {out_dir} (no last.pt): starting a new run")
+    return TrainingRun(config, out_dir, options).run(resume_from=stored)
 
 
 class LossWindow:
@@ -101,37 +124,33 @@ class LossWindow:
 
 class TrainingRun:
     """One run of `train`: its settings, its data, model and optimizer, and where it is (`position`, saved in
-    last.pt) and what it has seen (`log`, saved as log.json). `run()` takes the steps in order."""
+    last.pt) and what it has seen (`log`, saved as log.json): what it trains is `config` (configs.py), how it
+    is carried out `options` (a RunOptions). `run()` takes the steps in order."""
 
-    def __init__(self, config, out_dir, *, device="auto", amp=True, mirror=None, cache_dir=None,
-                 save_every_steps=None, save_every_seconds=600, log_every=10, progress=True, print_fn=print,
-                 model_builder=None):
+    def __init__(self, config, out_dir, options=None):
         self.config = copy.deepcopy(config)
-        self.model_builder = model_builder or build_model
+        self.options = options or RunOptions()
         self.settings = self.config["train"]
         self.out_dir = Path(out_dir)
         self.last_path, self.best_path = self.out_dir / "last.pt", self.out_dir / "best.pt"
-        self.device = choose_device(device)
-        self.amp_dtype = amp_dtype(self.device, amp)
-        self.mirror, self.cache_dir = mirror, cache_dir
-        self.save_every_steps, self.save_every_seconds = save_every_steps, save_every_seconds
-        self.log_every, self.progress, self.print_fn = log_every, progress, print_fn
+        self.device = choose_device(self.options.device)
+        self.amp_dtype = amp_dtype(self.device, self.options.amp)
         self.position = {"epoch": 0, "batch": 0, "step": 0, "epoch_loss": 0.0, "epoch_tokens": 0}
         self.window = LossWindow()
         self.elapsed_before = 0.0                        # seconds trained before a resume
         self.run_started = self.last_save = time.perf_counter()
 
-    def run(self, resume=False):
-        """Every step, in order; returns the log."""
+    def run(self, resume_from=None):
+        """Every step, in order; returns the log. `resume_from`: what last.pt holds (read_checkpoint), to go
+        on from where that run stopped."""
         self.load_data()
         self.build_model()
         self.build_optimizer()
         self.start_log()
-        if resume and self.last_path.exists():
-            self.restore()
-        elif resume:
-            self.print_fn(f"nothing to resume in {self.out_dir} (no last.pt): starting a new run")
+        if resume_from is not None:
+            self.restore(resume_from)
         self.log["runs"].append({"resumed_at_step": self.position["step"], "hardware": self.log["hardware"]})
+        self.options.print_fn(precision_note(self.device, self.amp_dtype, self.options.amp))
         self.run_started = time.perf_counter()
         self.finish(self.train_epochs())
         return self.log
@@ -141,7 +160,7 @@ class TrainingRun:
     def load_data(self):
         """Multi30k as the config's "data" section says; the model's vocabulary sizes follow from it."""
         started = time.perf_counter()
-        self.data = load_multi30k(**self.config["data"], mirror=self.mirror, cache_dir=self.cache_dir)
+        self.data = load_multi30k(**self.config["data"], mirror=self.options.mirror, cache_dir=self.options.cache_dir)
         self.pad_idx = self.data.src_vocab.stoi[PAD]
         assert self.data.tgt_vocab.stoi[PAD] == self.pad_idx, "both vocabularies must put <pad> at the same id"
         self.config["model"].update(src_vocab_size=len(self.data.src_vocab), tgt_vocab_size=len(self.data.tgt_vocab),
@@ -150,7 +169,7 @@ class TrainingRun:
 
     def build_model(self):
         torch.manual_seed(self.settings["seed"])
-        self.model = self.model_builder(**self.config["model"]).to(self.device)
+        self.model = (self.options.model_builder or build_model)(**self.config["model"]).to(self.device)
         if hasattr(self.model, "set_need_weights"):
             self.model.set_need_weights(False)   # fused attention kernels: faster, the weights are not needed here
         if self.device.type == "cpu":            # see transformer_course/cpu.py
@@ -186,9 +205,9 @@ class TrainingRun:
                      "tgt_vocab": len(data.tgt_vocab), "seconds": round(self.data_seconds, 2)},
             "steps": [], "epochs": [], "best": None, "elapsed_seconds": 0.0, "finished": False, "runs": []}
 
-    def restore(self):
-        """Go on from last.pt: weights, optimizer, schedule, loss scale, random state, position and log."""
-        state = read_checkpoint(self.last_path, map_location=self.device)
+    def restore(self, state):
+        """Go on from `state`, what last.pt holds: weights, optimizer, schedule, loss scale, random state,
+        position and log (the tensors go to the model's device as they are loaded)."""
         _check_resumable(state["config"], self.config)
         if state["src_vocab"] != self.data.src_vocab.itos or state["tgt_vocab"] != self.data.tgt_vocab.itos:
             raise ValueError("cannot resume: the vocabularies built from the data differ from those in last.pt")
@@ -205,7 +224,7 @@ class TrainingRun:
         for key in ("steps", "epochs", "best", "runs"):
             self.log[key] = old_log[key]
         self.elapsed_before = old_log["elapsed_seconds"]
-        self.print_fn(f"resuming {self.out_dir} at epoch {self.position['epoch'] + 1}, step {self.position['step']}")
+        self.options.print_fn(f"resuming {self.out_dir} at epoch {self.position['epoch'] + 1}, step {self.position['step']}")
 
     # ------------------------------------------------------------------------- training
 
@@ -227,14 +246,14 @@ class TrainingRun:
         batches = self.sampler.batches(epoch)
         self.window.restart()
         bar = tqdm(total=len(batches), initial=self.position["batch"], leave=False, dynamic_ncols=True,
-                   desc=f"epoch {epoch + 1}/{self.settings['epochs']}", disable=not self.progress)
+                   desc=f"epoch {epoch + 1}/{self.settings['epochs']}", disable=not self.options.progress)
         for indices in batches[self.position["batch"]:]:
             stopped = self._reason_to_stop(interrupt)
             if stopped is not None:
                 break
             self.train_batch(indices)
             bar.update(1)
-            if len(self.window) >= self.log_every:
+            if len(self.window) >= self.options.log_every:
                 bar.set_postfix(loss=f"{self.flush_window():.3f}", lr=f"{self.window.lr:.2e}")
             if self._time_to_save():
                 self.flush_window()
@@ -250,7 +269,7 @@ class TrainingRun:
         return "interrupted" if interrupt["stop"] else None
 
     def _time_to_save(self):
-        every_steps, every_seconds = self.save_every_steps, self.save_every_seconds
+        every_steps, every_seconds = self.options.save_every_steps, self.options.save_every_seconds
         return bool((every_steps and self.position["step"] % every_steps == 0) or
                     (every_seconds and time.perf_counter() - self.last_save > every_seconds))
 
@@ -289,7 +308,7 @@ class TrainingRun:
         epoch = self.position["epoch"] + 1                  # counted from 1, as printed and logged
         scores, record = self.validate()
         improved = self.keep_checkpoints(epoch, scores)
-        self.print_fn(f"epoch {epoch}/{self.settings['epochs']}: train loss {record['train_loss']}, "
+        self.options.print_fn(f"epoch {epoch}/{self.settings['epochs']}: train loss {record['train_loss']}, "
                       f"val loss {scores['loss']:.4f} (nll {scores['nll']:.4f}, perplexity {scores['perplexity']:.2f}, "
                       f"accuracy {scores['accuracy']:.1%}){' *best*' if improved else ''}, "
                       f"{self.elapsed():.0f} s")
@@ -334,7 +353,7 @@ class TrainingRun:
             self.average_last_epochs()
         self.save_last()
         if stopped is not None:
-            self.print_fn(f"stopped at step {self.position['step']} ({stopped}): last.pt saved; resume with "
+            self.options.print_fn(f"stopped at step {self.position['step']} ({stopped}): last.pt saved; resume with "
                           "resume=True (--resume)")
 
     def average_last_epochs(self):
@@ -345,7 +364,7 @@ class TrainingRun:
                   if e >= 1 and (self.out_dir / f"epoch{e}.pt").exists()]
         average_checkpoints([self.out_dir / f"epoch{e}.pt" for e in epochs], self.out_dir / "averaged.pt")
         self.log["averaged"] = {"epochs": epochs, "path": "averaged.pt"}
-        self.print_fn(f"averaged.pt: the mean of the weights of epochs {epochs}")
+        self.options.print_fn(f"averaged.pt: the mean of the weights of epochs {epochs}")
 
     # ------------------------------------------------------------------------- saving
 
