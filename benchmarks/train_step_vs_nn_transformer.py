@@ -79,7 +79,7 @@ def timed_train_step(model, optimizer, src, tgt, pad_idx):
             "cpu": (time.process_time() - cpu) * 1e3}
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--n-heads", type=int, default=4)
@@ -100,8 +100,40 @@ def main():
                              "of small ops, which costs more for ours (separate w_q, w_k, w_v: more parameter tensors)")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def interleaved_times(models, batches, warmup, steps, pad_idx):
+    """name -> one dict of timings per timed step; each step runs both models back to back, in turns."""
+    times = {name: [] for name in models}
+    for step in range(warmup + steps):
+        batch = batches[step % len(batches)]
+        order = list(models) if step % 2 == 0 else list(models)[::-1]  # alternate who goes first
+        for name in order:
+            timing = timed_train_step(*models[name], *batch, pad_idx)
+            if step >= warmup:
+                times[name].append(timing)
+    return times
+
+
+def print_times(times):
+    def median(name, part):
+        return statistics.median(t[part] for t in times[name])
+
+    print(f"\nmedian ms per step     {'step':>8} {'fwd+bwd':>8} {'adam':>8}   {'CPU ms (all threads)':>20}")
+    for name in times:
+        print(f"{name:>20}   {median(name, 'step'):8.1f} {median(name, 'fwd+bwd'):8.1f} {median(name, 'adam'):8.1f}"
+              f"   {median(name, 'cpu'):20.1f}")
+    # Each step's pair ran back to back, so the ratio within a pair is robust to load that comes and goes.
+    for part in ("step", "fwd+bwd"):
+        paired = statistics.median(t[part] / o[part] for t, o in zip(times["nn.Transformer"], times["ours"]))
+        print(f"ratio nn.Transformer / ours, {part:>7}: {median('nn.Transformer', part) / median('ours', part):.3f} "
+              f"(of the medians), {paired:.3f} (median of the step-by-step ratios)")
+    print(">= 1.0 means ours is at least as fast")
+
+
+def main():
+    args = parse_args()
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", message="enable_nested_tensor is True")  # nn.Transformer with Pre-LN
     torch.manual_seed(args.seed)
@@ -129,28 +161,7 @@ def main():
           f"ours with need_weights={args.keep_weights}; {args.adam} Adam; "
           f"{args.warmup} warm-up + {args.steps} timed steps each")
 
-    times = {name: [] for name in models}  # one dict of timings per timed step
-    for step in range(args.warmup + args.steps):
-        batch = batches[step % len(batches)]
-        order = list(models) if step % 2 == 0 else list(models)[::-1]  # alternate who goes first
-        for name in order:
-            timing = timed_train_step(*models[name], *batch, pad_idx)
-            if step >= args.warmup:
-                times[name].append(timing)
-
-    def median(name, part):
-        return statistics.median(t[part] for t in times[name])
-
-    print(f"\nmedian ms per step     {'step':>8} {'fwd+bwd':>8} {'adam':>8}   {'CPU ms (all threads)':>20}")
-    for name in models:
-        print(f"{name:>20}   {median(name, 'step'):8.1f} {median(name, 'fwd+bwd'):8.1f} {median(name, 'adam'):8.1f}"
-              f"   {median(name, 'cpu'):20.1f}")
-    # Each step's pair ran back to back, so the ratio within a pair is robust to load that comes and goes.
-    for part in ("step", "fwd+bwd"):
-        paired = statistics.median(t[part] / o[part] for t, o in zip(times["nn.Transformer"], times["ours"]))
-        print(f"ratio nn.Transformer / ours, {part:>7}: {median('nn.Transformer', part) / median('ours', part):.3f} "
-              f"(of the medians), {paired:.3f} (median of the step-by-step ratios)")
-    print(">= 1.0 means ours is at least as fast")
+    print_times(interleaved_times(models, batches, args.warmup, args.steps, pad_idx))
 
 
 if __name__ == "__main__":

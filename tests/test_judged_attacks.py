@@ -67,6 +67,12 @@ def _compressed():
 
 def attacks(marker):
     """name -> code that rides along after the answer."""
+    return {**_reporting_attacks(), **_probe_data_attacks(marker), **_hook_attacks(), **_kernel_attacks(),
+            **_answer_attacks()}
+
+
+def _reporting_attacks():
+    """Attacks on what the kernel reports, and on the test helpers that report it."""
     return {
         "the kernel's message sending turns errors into ok": """
 kernel = get_ipython().kernel
@@ -102,6 +108,12 @@ def run_test(probe, judge):
     except Exception:
         pass
 """,
+    }
+
+
+def _probe_data_attacks(marker):
+    """Forged, extra, oversized or unsafe probe data."""
+    return {
         "forged probe data: uniform weights and a zero output": """
 import base64, io
 from IPython.display import display
@@ -130,6 +142,27 @@ from IPython.display import display
 def run_test(probe, judge):
     display({_payload(_compressed())}, raw=True)
 """,
+        "the real probe data edited before it is sent: checks' cases dropped": """
+import base64
+from IPython.display import display
+from transformer_course.probing import PROBE_MIME, attempt, pack
+def run_test(probe, judge):
+    found = attempt(probe)
+    if isinstance(found, dict):
+        found = {key: [] if isinstance(value, list) else value for key, value in found.items()}
+    display({PROBE_MIME: base64.b64encode(pack(found)).decode()}, raw=True)
+""",
+        "probing.pack sends a pickled object instead of plain data": """
+import pickle
+import transformer_course.probing as _probing
+_probing.pack = lambda found: pickle.dumps(found)
+""",
+    }
+
+
+def _hook_attacks():
+    """Threads and hooks that change the tests while they run."""
+    return {
         "the test helpers replaced from a thread": """
 import threading, time
 import transformer_course.testing as _testing, transformer_course.probing as _probing
@@ -168,6 +201,50 @@ sys.setprofile(_profile)
 from IPython.display import clear_output
 get_ipython().events.register("post_execute", lambda: clear_output())
 """,
+    }
+
+
+def _kernel_attacks():
+    """The kernel's handlers, guard and life taken over by the answer."""
+    return {
+        "the kernel's execute handler answers ok without running test cells": """
+kernel = get_ipython().kernel
+_execute = kernel.shell_handlers["execute_request"]
+async def _skip(stream, ident, parent):
+    if "run_test(" in parent["content"].get("code", ""):
+        kernel.session.send(stream, "execute_reply", {"status": "ok", "execution_count": 1, "user_expressions": {},
+                                                     "payload": []}, parent, ident=ident)
+        return
+    return await _execute(stream, ident, parent)
+kernel.shell_handlers["execute_request"] = _skip
+""",
+        "the kernel killed by the answer cell": """
+import os
+os._exit(0)
+""",
+        "the grader's tamper guard found in builtins and disarmed": """
+import builtins
+for _name in [n for n in dir(builtins) if n.startswith("_grader_guard_")]:
+    setattr(builtins, _name, lambda *args, **kwargs: "")
+""",
+        "an input transformer rewrites the test cells before they run": """
+def _rewrite(lines):
+    return [line.replace("run_test(hidden_probe, hidden_judge)", "pass") for line in lines]
+get_ipython().input_transformers_post.append(_rewrite)
+""",
+        "a thread kills the kernel while the hidden tests run": """
+import os, threading, time
+def _later():
+    time.sleep(3)
+    os.kill(os.getpid(), 9)
+threading.Thread(target=_later, daemon=True).start()
+""",
+    }
+
+
+def _answer_attacks():
+    """Answers that read the expected value or reach a finished answer or an oracle."""
+    return {
         "the answer reads the expected value from its callers' frames": f"""
 import sys
 def {EXERCISE}(query, key, value, mask=None, dropout=None):
@@ -189,48 +266,6 @@ class _Liar(torch.Tensor):
 def {EXERCISE}(query, key, value, mask=None, dropout=None):
     weights = torch.zeros(*query.shape[:-1], key.shape[-2]).as_subclass(_Liar)
     return torch.zeros(*query.shape[:-1], value.shape[-1]).as_subclass(_Liar), weights
-""",
-        "the kernel's execute handler answers ok without running test cells": """
-kernel = get_ipython().kernel
-_execute = kernel.shell_handlers["execute_request"]
-async def _skip(stream, ident, parent):
-    if "run_test(" in parent["content"].get("code", ""):
-        kernel.session.send(stream, "execute_reply", {"status": "ok", "execution_count": 1, "user_expressions": {},
-                                                     "payload": []}, parent, ident=ident)
-        return
-    return await _execute(stream, ident, parent)
-kernel.shell_handlers["execute_request"] = _skip
-""",
-        "the kernel killed by the answer cell": """
-import os
-os._exit(0)
-""",
-        "the real probe data edited before it is sent: checks' cases dropped": """
-import base64
-from IPython.display import display
-from transformer_course.probing import PROBE_MIME, attempt, pack
-def run_test(probe, judge):
-    found = attempt(probe)
-    if isinstance(found, dict):
-        found = {key: [] if isinstance(value, list) else value for key, value in found.items()}
-    display({PROBE_MIME: base64.b64encode(pack(found)).decode()}, raw=True)
-""",
-        "the grader's tamper guard found in builtins and disarmed": """
-import builtins
-for _name in [n for n in dir(builtins) if n.startswith("_grader_guard_")]:
-    setattr(builtins, _name, lambda *args, **kwargs: "")
-""",
-        "an input transformer rewrites the test cells before they run": """
-def _rewrite(lines):
-    return [line.replace("run_test(hidden_probe, hidden_judge)", "pass") for line in lines]
-get_ipython().input_transformers_post.append(_rewrite)
-""",
-        "a thread kills the kernel while the hidden tests run": """
-import os, threading, time
-def _later():
-    time.sleep(3)
-    os.kill(os.getpid(), 9)
-threading.Thread(target=_later, daemon=True).start()
 """,
         "the course's finished answer imported": f"""
 from transformer_course import {EXERCISE}
@@ -256,11 +291,6 @@ exec(open(_attention.__file__).read(), _namespace)
 def {EXERCISE}(query, key, value, mask=None, dropout=None):
     from transformer_course.oracles import attention as _oracle
     return _oracle._formula(query, key, value, mask)[::-1]
-""",
-        "probing.pack sends a pickled object instead of plain data": """
-import pickle
-import transformer_course.probing as _probing
-_probing.pack = lambda found: pickle.dumps(found)
 """,
     }
 
