@@ -111,6 +111,17 @@ def test_configuration_files_are_checked(tmp_path):
         load_config(bad)
 
 
+def test_a_configuration_file_can_be_loaded_with_settings_changed():
+    changed = load_config(RECIPE_FILE, model=dict(d_model=128), train=dict(epochs=2))
+    assert changed["model"]["d_model"] == 128 and changed["train"]["epochs"] == 2
+    assert changed["model"]["n_heads"] == CONFIGS["recipe"]["model"]["n_heads"], "the other settings are the file's"
+    assert CONFIGS["recipe"]["model"]["d_model"] == 256, "changing a loaded configuration changed the recipe"
+    with pytest.raises(ValueError, match="d_modle"):
+        load_config(RECIPE_FILE, model=dict(d_modle=128))
+    with pytest.raises(ValueError, match="optimizer"):
+        load_config(RECIPE_FILE, optimizer=dict(lr=1))
+
+
 @needs_mirror
 def test_subword_data_shares_one_vocabulary(tmp_path):
     data = load_multi30k(max_train_pairs=500, max_val_pairs=20, tokenizer="subword", vocab_size=400,

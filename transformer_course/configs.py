@@ -41,13 +41,16 @@ SECTIONS = ("model", "data", "train", "evaluate")
 RECIPE_FILE = Path(__file__).parent / "recipes" / "multi30k_de_en.json"
 
 
-def load_config(path):
+def load_config(path, **changes):
     """A configuration file (JSON with "model", "data" and "train" sections, optionally "evaluate") as a dict;
-    the sections missing from it, and the keys missing from them, come from CONFIGS["full"]."""
+    the sections missing from it, and the keys missing from them, come from CONFIGS["full"]. `changes`: settings
+    that replace the file's, a dict per section (``model=dict(d_model=128)``), checked as the file's are."""
     try:
         stored = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} is not a JSON configuration ({error})") from None
+    for section, settings in changes.items():
+        stored[section] = {**stored.get(section, {}), **settings}
     unknown = sorted(set(stored) - set(SECTIONS) - {"about", "mode"})
     if unknown:
         raise ValueError(f"{path}: unknown sections {unknown}; a configuration has {list(SECTIONS)}")
