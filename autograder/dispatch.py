@@ -158,8 +158,10 @@ def _write_files(workdir, files):
 # What every worker imports: the execution's modules (nbgrader, jupyter_client) and the judges' (torch, the course's
 # package and oracles), 3-5 s of a fresh interpreter's time. The fork server imports them once per grading run and
 # forks each worker from itself; a failed import there only costs the worker that time again.
-PRELOADED = ["autograder.dispatch", "torch", "transformer_course.probing", "transformer_course.testing",
-             "transformer_course.oracles"]
+# torch's symbolic shapes (and sympy, 1.3 s) are what the first torch._check of a process imports, and many torch
+# functions check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one.
+PRELOADED = ["autograder.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "transformer_course.probing",
+             "transformer_course.testing", "transformer_course.oracles"]
 # The assignments whose judges step a torch optimizer, whose first step imports torch._dynamo (1-3 s): imported by
 # the fork server too when one of them is graded. A missing entry costs each worker that time, nothing else
 # (tests/test_grader.py checks the list against the oracles the notebooks import).

@@ -360,5 +360,10 @@ def test_local_workers_start_with_the_judges_modules_imported():
     try:
         loaded = pool.executor.submit(eval, f"[m for m in {PRELOADED!r} if m not in __import__('sys').modules]")
         assert loaded.result(timeout=120) == [], "these modules were not imported before the worker's first job"
+        # The modules a worker's first torch._check imports (none, when the fork server imported them).
+        first_check = ("(lambda sys, torch: (lambda before: (torch._check(True, lambda: ''), "
+                       "sorted(set(sys.modules) - before))[1])(set(sys.modules)))(__import__('sys'), __import__('torch'))")
+        imported = pool.executor.submit(eval, first_check).result(timeout=120)
+        assert imported == [], f"a worker's first torch._check imported {len(imported)} modules: {imported[:5]}"
     finally:
         pool.close()
