@@ -162,15 +162,16 @@ def _write_files(workdir, files):
 # functions check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one.
 PRELOADED = ["autograder.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "transformer_course.probing",
              "transformer_course.testing", "transformer_course.oracles"]
-# The assignments whose judges step a torch optimizer, whose first step imports torch._dynamo (1-3 s): imported by
-# the fork server too when one of them is graded. A missing entry costs each worker that time, nothing else
-# (tests/test_grader.py checks the list against the oracles the notebooks import).
-STEPS_OPTIMIZERS = {"07_training", "09_gpt"}
+# What the judges of some assignments import on first use, by assignment: torch._dynamo (1-3 s), which an optimizer's
+# first step imports (07, 09), and sacreBLEU (0.5 s), the BLEU oracle's (08). The fork server imports them too when
+# one of these assignments is graded. A missing entry costs each worker that time, nothing else (tests/test_grader.py
+# checks the table against the oracles the notebooks import).
+FIRST_USE_IMPORTS = {"07_training": ["torch._dynamo"], "08_decoding_bleu": ["sacrebleu"], "09_gpt": ["torch._dynamo"]}
 
 
 def preloaded(assignment=None):
     """The modules the fork server imports for grading ``assignment``."""
-    return PRELOADED + (["torch._dynamo"] if assignment in STEPS_OPTIMIZERS else [])
+    return PRELOADED + FIRST_USE_IMPORTS.get(assignment, [])
 
 
 class LocalPool:

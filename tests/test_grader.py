@@ -335,19 +335,23 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     assert all(score == 0 for score, _ in finished.values()), f"the course's finished answers scored: {finished}"
 
 
-def test_the_fork_server_imports_torch_dynamo_for_the_assignments_whose_judges_step_an_optimizer():
-    """An optimizer's first step imports torch._dynamo: the assignments whose oracles step one are listed."""
+def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_first_use():
+    """An optimizer's first step imports torch._dynamo, the BLEU oracle sacreBLEU: the assignments whose oracles do
+    are listed, with those modules."""
     import re
 
-    from autograder.dispatch import STEPS_OPTIMIZERS, preloaded
+    from autograder.dispatch import FIRST_USE_IMPORTS, preloaded
 
     oracles = ROOT / "transformer_course" / "oracles"
-    stepping = set()
+    signs = {"torch._dynamo": r"optim\.\w+\(", "sacrebleu": r"\bsacrebleu\b"}
+    needed = {}
     for notebook in SOLUTIONS.glob("*/*.ipynb"):
         used = set(re.findall(r"transformer_course\.oracles(?:\.| import )(\w+)", notebook.read_text()))
-        if any(re.search(r"optim\.\w+\(", (oracles / f"{module}.py").read_text()) for module in used):
-            stepping.add(notebook.stem)
-    assert stepping == STEPS_OPTIMIZERS
+        sources = [(oracles / f"{module}.py").read_text() for module in used]
+        modules = sorted(m for m, sign in signs.items() if any(re.search(sign, source) for source in sources))
+        if modules:
+            needed[notebook.stem] = modules
+    assert needed == {a: sorted(m) for a, m in FIRST_USE_IMPORTS.items()}
     assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
 
 
