@@ -6,7 +6,8 @@
 Checks the earlier commit out into a scratch worktree with a virtual environment of its own (this one's
 packages, the course installed from that worktree), builds a course of the reference solutions from each
 side's own solutions/, and grades every assignment with each side's grader in turn, interleaved, so that
-a busy machine slows both alike (a row is the mean of --repeats runs of a side). Smoke mode, two workers,
+a busy machine slows both alike (a row is the seconds of one grading run of all the students, the mean of
+--repeats runs of a side; the last line divides the totals by the number of students). Smoke mode, two workers,
 as the grader runs by default on two cores.
 """
 import argparse
@@ -87,7 +88,8 @@ def main():
                     shutil.rmtree(course)
             for name in sides:
                 totals[name] += row[name]
-            print(f"{assignment:28s} before {row['before']:6.1f} s   after {row['after']:6.1f} s", flush=True)
+            print(f"{assignment:28s} before {row['before']:6.1f} s   after {row['after']:6.1f} s   "
+                  f"(one run for {args.students} students)", flush=True)
         print(f"per student: before {totals['before'] / args.students:.1f} s, after "
               f"{totals['after'] / args.students:.1f} s ({100 * (totals['after'] / totals['before'] - 1):+.1f} %)")
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(scratch / "before-tree")],
