@@ -146,8 +146,9 @@ def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path):
         "evaluate": {"beam_size": 2, "alpha": [0.6, 1.0]}}))
     out = tmp_path / "run"
     assert main(["--config", str(config), "--out", str(out), "--mirror", MIRROR, "--cache-dir", str(tmp_path),
-                 "--limit", "10", "--no-progress"]) == 0
+                 "--limit", "10", "--no-progress", "--no-amp"]) == 0
     results = json.loads((out / "results.json").read_text())
+    assert results["precision"] == "torch.float32" and results["compile"] is None
     assert results["checkpoint"] in ("averaged.pt", "best.pt") and results["alpha"] in (0.6, 1.0)
     assert set(results["validation"]) == {f"{name} alpha={alpha}" for name in ("averaged.pt", "best.pt")
                                           for alpha in (0.6, 1.0)}, "every candidate is scored on val"
@@ -165,6 +166,7 @@ def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path):
     (["--config", "{tmp}/none.json"], "--config {tmp}/none.json: No such file or directory"),
     (["--config", "{tmp}/broken.json"], "{tmp}/broken.json is not a JSON configuration"),
     (["--device", "warp"], "unknown device 'warp'"),
+    (["--compile", "warp"], "--compile warp: not a torch.compile backend"),
 ])
 def test_reproduce_names_bad_input_in_one_line(tmp_path, refused, options, expected):
     from transformer_course.reproduce import main

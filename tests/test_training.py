@@ -350,8 +350,33 @@ def test_a_cpu_with_bfloat16_trains_in_mixed_precision_and_says_so(tmp_path, cap
     assert json.loads((tmp_path / "float32" / "log.json").read_text())["amp"] is None
 
 
+COMPILED_RUN = """
+import json, sys, torch
+from transformer_course.train import main
+assert main(sys.argv[1:]) == 0
+print("graphs", torch._dynamo.utils.counters["stats"]["unique_graphs"])
+"""
+
+
+@needs_mirror
+def test_a_compiled_run_trains_through_dynamo_and_saves_weights_an_eager_model_loads(tmp_path):
+    # a fresh interpreter: the finished answers' gates, up in this one, are code dynamo cannot trace
+    out = tmp_path / "compiled"
+    argv = [*TINY, "--epochs", "1", "--compile", "aot_eager", "--out", str(out), "--mirror", str(MIRROR),
+            "--cache-dir", str(tmp_path / "cache")]
+    result = subprocess.run([sys.executable, "-c", COMPILED_RUN, *argv], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "torch.compile (aot_eager)" in result.stdout
+    assert int(result.stdout.split("graphs")[-1]) > 0, "dynamo compiled no graph"
+    log = json.loads((out / "log.json").read_text())
+    assert log["compile"] == "aot_eager" and log["finished"] and math.isfinite(log["epochs"][0]["val_loss"])
+    checkpoint = load_checkpoint(out / "best.pt")      # the names of an eager model's state dict
+    assert not any("_orig_mod" in name for name in checkpoint["model"].state_dict())
+
+
 @pytest.mark.parametrize("options, expected", [
     (["--mirror", "{tmp}/no-mirror"], "the Multi30k mirror {tmp}/no-mirror is not a folder"),
+    (["--compile", "warp"], "--compile warp: not a torch.compile backend"),
     (["--device", "warp"], "unknown device 'warp'"),
     (["--resume"], "{tmp}/run/last.pt is not a checkpoint: it is a text file"),
 ])

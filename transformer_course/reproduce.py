@@ -103,8 +103,8 @@ def main(argv=None):
     started = time.perf_counter()
     try:
         config = read_config(args.config)
-        log = train(config, out, resume=args.resume, device=args.device, mirror=args.mirror,
-                    cache_dir=args.cache_dir, progress=args.progress)
+        log = train(config, out, resume=args.resume, device=args.device, amp=args.amp, compile=args.compile,
+                    mirror=args.mirror, cache_dir=args.cache_dir, progress=args.progress)
     except (FileExistsError, ValueError, Multi30kError) as error:   # a bad setting, device, mirror or last.pt
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -128,7 +128,8 @@ def main(argv=None):
         "total_minutes": round((time.perf_counter() - started) / 60, 1),
         "hardware": hardware.get("gpu") or f"{hardware['cpu_count']}-core CPU ({hardware['cpu']}), "
                                             f"{hardware['torch_threads']} threads",
-        "torch": hardware["torch"], "parameters": log["parameters"],
+        "torch": hardware["torch"], "precision": log["amp"] or "torch.float32", "compile": log.get("compile"),
+        "parameters": log["parameters"],
         "command": "python -m transformer_course.reproduce " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
     }
     (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
