@@ -230,6 +230,7 @@ class KernelReplay:
     the solution run's scores. Names left behind by the previous submission, and the names it answers, are
     deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
     cells it ran with other answers are re-run: each submission starts from the solution run's state.
+    The replay stops at the last test cell: the demonstrations after it cannot change a score.
 
         with KernelReplay(solution_notebook, workdir) as replay:
             scores, errors = replay.grade({"attention": "def attention(q, k, v): ..."})
@@ -243,15 +244,16 @@ class KernelReplay:
                                      resources={"metadata": {"path": str(workdir)}})
         self.setup = next(i for i, c in enumerate(self.cells)
                           if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
-        self.dirty = len(self.cells)     # cells from here on last ran with somebody else's answers
+        self.end = 1 + max(index for index, *_ in self._graded_cells())
+        self.dirty = self.end            # cells from here on last ran with somebody else's answers
 
     def __enter__(self):
         self._kernel = self.client.setup_kernel(env=GRADING_ENV)
         self._kernel.__enter__()
-        for index in range(len(self.cells)):
+        for index in range(self.end):
             self._run(index, self.cells[index].source)
-        self.reference = self._scores(range(len(self.cells)))
-        failed = {g: e for g, e in self._errors(range(len(self.cells))).items() if e}
+        self.reference = self._scores(range(self.end))
+        failed = {g: e for g, e in self._errors(range(self.end)).items() if e}
         assert not failed, f"the solution notebook fails its own tests in one kernel: {failed}"
         self._run_hidden("__replay_names__ = set(globals()) | {\"__replay_names__\", \"__name\", \"__plt\"}")
         return self
@@ -273,10 +275,10 @@ class KernelReplay:
             __plt.close("all")
         """)
         self._run(self.setup, self.cells[self.setup].source)
-        for index in range(start, len(self.cells)):
+        for index in range(start, self.end):
             self._run(index, positions.get(index, self.cells[index].source))
         self.dirty = first
-        ran = range(start, len(self.cells))
+        ran = range(start, self.end)
         return {**self.reference, **self._scores(ran)}, self._errors(ran)
 
     def _run(self, index, source):
@@ -296,20 +298,21 @@ class KernelReplay:
         errors = [o for o in cell.outputs if o.output_type == "error"]
         assert not errors, f"the replay's own code failed: {errors}"
 
-    def _graded(self, indices):
-        for index in indices:
+    def _graded_cells(self, indices=None):
+        """(index, grade_id, points, cell) of the autograded test cells among `indices` (default: all)."""
+        for index in range(len(self.cells)) if indices is None else indices:
             cell = self.cells[index]
             meta = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "code" and meta.get("grade"):
-                yield meta["grade_id"], meta.get("points", 0), cell
+                yield index, meta["grade_id"], meta.get("points", 0), cell
 
     def _scores(self, indices):
         return {g: (0.0 if any(o.output_type == "error" for o in cell.outputs) else float(points), float(points))
-                for g, points, cell in self._graded(indices)}
+                for _, g, points, cell in self._graded_cells(indices)}
 
     def _errors(self, indices):
         return {g: "\n".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
-                for g, _, cell in self._graded(indices)}
+                for _, g, _, cell in self._graded_cells(indices)}
 
 
 @dataclass
