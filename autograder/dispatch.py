@@ -26,6 +26,7 @@ import nbformat
 from .execute import execute_notebook
 from .sandbox import sandbox_available
 from .judging import all_judged
+from .library_answers import refuse_flagged
 from .stripped import stripped_package
 
 # Not sent to the worker: editors' checkpoints, and the notebooks' own copies (they go as notebooks).
@@ -121,10 +122,12 @@ def submission_payload(folder):
     return notebooks, {relative: b"".join(read_chunks(path)) for relative, path in without_notebooks(files).items()}
 
 
-def execute_submission(notebooks, files, limits, env, sandbox):
+def execute_submission(notebooks, files, releases, limits, env, sandbox):
     """Run one student's notebooks ({name: bytes}), each in a sandbox of its own with a copy of ``files``
     ({relative path: bytes}); returns {name: {"notebook": bytes, "problems": [dict], "seconds": float}}.
-    Runs on the worker: in a local process or on a Dask worker."""
+    Runs on the worker: in a local process or on a Dask worker. Each executed notebook also says which of its
+    exercises are someone else's code (library_answers.refuse_flagged, against its release in ``releases``,
+    {name: bytes}): that reading of the sources is the grader's, and here it costs the instructor's machine nothing."""
     if sandbox and not sandbox_available():
         raise ClusterError("bubblewrap (bwrap) is not available on this worker, so the submission cannot be "
                            "sandboxed")
@@ -140,6 +143,7 @@ def execute_submission(notebooks, files, limits, env, sandbox):
             # and without the oracles once every test cell of it is judged in the grader (judging.py).
             package = stripped_package(name, keep_oracles=not all_judged(notebook)) if sandbox else None
             executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox, package=package)
+            refuse_flagged(executed, nbformat.reads(releases[name].decode("utf-8"), as_version=4))
             results[name] = {"notebook": nbformat.writes(executed).encode("utf-8"),
                              "problems": [asdict(p) for p in problems],
                              "seconds": round(time.perf_counter() - started, 2)}

@@ -14,10 +14,12 @@ grading steps, and moves only the execution out of nbgrader:
    no view of anything but the submission's own files, limits on time, memory, processes and output;
    see sandbox.py and execute.py). The notebook itself never enters the sandbox, so the hidden tests
    cannot be read from disk. The workers are local processes, or a Dask cluster's (dispatch.py): each
-   gets a submission as bytes and sends the executed notebooks back.
-4. **record** ``nbgrader autograde --force`` runs again with its Execute step replaced by
-   ``ReplayExecution``, which pastes in the outputs of step 3: nbgrader scores the cells and writes
-   the gradebook and ``autograded/`` as it would have after executing them itself.
+   gets a submission and the release as bytes, and sends the executed notebooks back, with an error in
+   the test cells of any exercise answered with someone else's code (library_answers.py).
+4. **record** ``nbgrader autograde --force`` runs again, on the sanitized copies and without sanitizing
+   them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in the outputs
+   of step 3: nbgrader scores the cells and writes the gradebook and ``autograded/`` as it would have after
+   executing them itself.
 
 The steps overlap: a submission goes to a worker as soon as it is sanitized, and is recorded as soon as its
 result is back, while the workers run the others. A recorded submission is marked done
@@ -144,10 +146,7 @@ def open_gradebook(course):
 
 def _replay_preprocessor():
     """The Execute step of the record phase (defined lazily: nbgrader is imported only when grading)."""
-    from nbgrader.coursedir import CourseDirectory
     from nbgrader.preprocessors import NbGraderPreprocessor
-
-    from .library_answers import refuse_flagged
 
     class ReplayExecution(NbGraderPreprocessor):
         """Fill a sanitized notebook with the outputs its sandboxed execution produced."""
@@ -166,14 +165,11 @@ def _replay_preprocessor():
                     cell.outputs = [nbformat.v4.new_output("error", ename="NotExecuted", traceback=[],
                                                            evalue=f"the grader has no outputs for this notebook: {reason}")]
                 return nb, resources
+            # The outputs include the errors the worker added to the test cells of an exercise answered with
+            # someone else's code (dispatch.execute_submission).
             for cell, done in zip(nb.cells, executed.cells):
                 if cell.cell_type == "code":
                     cell.outputs, cell.execution_count = done.outputs, done.execution_count
-            # Someone else's code (a library's finished version, the course's): its exercise's test cells score 0
-            coursedir = CourseDirectory(config=self.config)
-            release = Path(coursedir.format_path(coursedir.release_directory, ".", info["assignment"]),
-                           info["notebook"] + ".ipynb")
-            refuse_flagged(nb, nbformat.read(release, as_version=4) if release.exists() else None)
             return nb, resources
 
     return ReplayExecution
@@ -217,6 +213,7 @@ class _Batch:
         self.release, self.staging = release, course / STAGING / assignment
         self.stage = _clear_stages(self.staging, students)
         notebooks = sorted(p.stem for p in release.glob("*.ipynb"))
+        self.releases = {notebook: (release / f"{notebook}.ipynb").read_bytes() for notebook in notebooks}
         self.reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
         self.fingerprints = {}    # student -> digest of the submission as it was read: what a done mark is of
         relative = {name: os.path.relpath(path, course) for name, path in self.stage.items()}
@@ -324,7 +321,7 @@ def _grade_students(batch, pool, students, limits, sandbox, env):
         if payload is None:
             batch.record(student, executed=False)
         else:
-            pool.submit(student, *payload, limits, env, sandbox)
+            pool.submit(student, *payload, batch.releases, limits, env, sandbox)
         for done, future in pool.completed(wait=False):    # what came back meanwhile
             batch.record(done, batch.take(done, future))
     for done, future in pool.completed():

@@ -253,7 +253,9 @@ def graded_alone(root, assignment, exercise, answer):
     tests = grade_cells_of(course.release, exercise)
     executed = nbformat.read(root / ".autograder" / assignment / "executed" / "student" / assignment
                              / f"{assignment}.ipynb", as_version=4)
-    failed_when_run = any(o.output_type == "error" for c in executed.cells if grade_id(c) in tests for o in c.outputs)
+    # (the worker adds its refusal, ENAME, to the executed notebook: any other error is the answer's own)
+    failed_when_run = any(o.output_type == "error" and o.get("ename") != ENAME
+                          for c in executed.cells if grade_id(c) in tests for o in c.outputs)
     graded = nbformat.read(course.path("autograded", "student"), as_version=4)
     messages = [o.evalue for c in graded.cells if grade_id(c) in tests for o in c.outputs if o.get("ename") == ENAME]
     return rows, tests, messages, failed_when_run
