@@ -23,7 +23,7 @@ from autograder.sandbox import Limits, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),
-              pytest.mark.xdist_group("batch_harm")]
+              pytest.mark.xdist_group("batch_harm"), pytest.mark.slow]
 
 ASSIGNMENT = "01_positional_encoding"
 # Appended to every graded notebook: what the kernel's folder holds, and whether a file there has the source

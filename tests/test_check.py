@@ -15,7 +15,7 @@ from autograder.check import check_notebook, find_release, render, unanswered_qu
 from autograder.sandbox import Limits
 from grading import ROOT, SOLUTIONS, nbgrader_cells, solved, with_answers
 
-pytestmark = pytest.mark.xdist_group("check")
+pytestmark = [pytest.mark.xdist_group("check"), pytest.mark.slow]
 
 ASSIGNMENT = "03_masking"
 RELEASE = nbformat.read(ROOT / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)

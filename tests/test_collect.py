@@ -18,6 +18,8 @@ from autograder.collect import lms_fields, notebook_name
 from autograder.sandbox import sandbox_available
 from test_grader import CORRECT_ADD, answer, source_notebook
 
+pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
+
 ASSIGNMENT = "ps1"
 WRONG_ADD = "def add(a, b):\n    return a - b"
 

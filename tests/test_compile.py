@@ -9,6 +9,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow   # a fresh interpreter that compiles: `-m 'not slow'` leaves it out
+
 SCRIPT = textwrap.dedent("""
     import copy
     import torch

@@ -19,7 +19,7 @@ from test_grader import ASSIGNMENT, CORRECT_ADD, CORRECT_MUL, answer, source_not
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),
-              pytest.mark.xdist_group("grader")]
+              pytest.mark.xdist_group("grader"), pytest.mark.slow]
 
 WRONG_ADD = "def add(a, b):\n    return a - b"
 WRONG_MUL = "def mul(a, b):\n    return a + b"

@@ -15,7 +15,7 @@ from autograder.sandbox import Limits, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
                                  "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),
-              pytest.mark.xdist_group("error_hiding")]
+              pytest.mark.xdist_group("error_hiding"), pytest.mark.slow]
 
 LIMITS = Limits(cell_timeout=20, total_timeout=120, memory_mb=3072, processes=64, output_bytes=20_000)
 

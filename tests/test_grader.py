@@ -28,7 +28,7 @@ from autograder.sandbox import sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),
-              pytest.mark.xdist_group("grader")]
+              pytest.mark.xdist_group("grader"), pytest.mark.slow]
 
 ASSIGNMENT = "ps1"
 DATABASE = "other.db"   # the course's gradebook, set in its nbgrader_config.py

@@ -12,7 +12,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from transformer_course.handin import NOT_FOUND
 
-pytestmark = pytest.mark.xdist_group("handin")
+pytestmark = [pytest.mark.xdist_group("handin"), pytest.mark.slow]
 
 
 def printed_by(folder, *sources):

@@ -25,7 +25,7 @@ from transformer_course.probing import PROBE_MIME
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
                                  "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),
-              pytest.mark.xdist_group("judged_attacks")]
+              pytest.mark.xdist_group("judged_attacks"), pytest.mark.slow]
 
 ASSIGNMENT = "02_attention"
 EXERCISE = "scaled_dot_product_attention"

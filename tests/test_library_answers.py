@@ -262,6 +262,7 @@ def graded_alone(root, assignment, exercise, answer):
 
 
 @NEEDS_SANDBOX
+@pytest.mark.slow
 @pytest.mark.xdist_group("grader")
 def test_the_grader_scores_a_library_answer_zero_in_its_own_tests_only(tmp_path):
     rows, tests, messages, failed = graded_alone(tmp_path, "05_layer_norm_feed_forward", "LayerNorm", BORROWED_LAYER_NORM)
@@ -273,6 +274,7 @@ def test_the_grader_scores_a_library_answer_zero_in_its_own_tests_only(tmp_path)
 
 
 @NEEDS_SANDBOX
+@pytest.mark.slow
 @pytest.mark.xdist_group("grader")
 def test_the_grader_scores_a_disguised_copy_of_the_package_zero(tmp_path):
     """The grader finds the release in the course directory, for similarity.py to leave the stub out."""

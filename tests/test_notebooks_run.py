@@ -7,6 +7,8 @@ from nbclient import NotebookClient
 
 from grading import SOLUTIONS
 
+pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
+
 NOTEBOOKS = sorted(SOLUTIONS.glob("*/*.ipynb"))
 # Run in smoke mode (every cell, tiny sizes) rather than the quick mode a student runs: 09's quick mode trains a
 # language model and two translators, about 8 minutes on one thread, most of the suite's longest worker.

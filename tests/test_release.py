@@ -28,6 +28,7 @@ def test_every_solution_has_a_release():
     assert released == ASSIGNMENTS, "notebooks/ and solutions/ hold different assignments: run `python -m autograder release`"
 
 
+@pytest.mark.slow
 def test_releases_are_current(tmp_path):
     generate_releases(SOLUTIONS, tmp_path)
     for assignment in ASSIGNMENTS:
@@ -110,6 +111,7 @@ NOT_ACTIVATED = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
 MY_INSTALL = "# the instructor's own install cell\nimport transformer_course"
 
 
+@pytest.mark.slow
 def test_release_in_a_course_directory_writes_nothing_but_the_releases(tmp_path):
     """Given a course directory's sources, `release` must leave them (and any README) as they are, and it works
     from an environment that is not activated."""
@@ -137,6 +139,7 @@ def test_release_where_there_are_no_solutions_is_refused_in_one_line(tmp_path, m
     assert sorted(tmp_path.iterdir()) == [tmp_path / "source"]
 
 
+@pytest.mark.slow
 def test_nbgrader_works_with_the_course_configuration_from_an_environment_that_is_not_activated(tmp_path):
     """`venv/bin/nbgrader generate_assignment` failed with FileNotFoundError: 'alembic' and released nothing."""
     shutil.copy(CONFIG, tmp_path / "nbgrader_config.py")

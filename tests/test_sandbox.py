@@ -14,8 +14,9 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from autograder.execute import execute_notebook
 from autograder.sandbox import Limits, sandbox_available
 
-pytestmark = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
-                                "work on this machine (user namespaces disabled?): the sandbox cannot be tested")
+pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
+                                 "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),
+              pytest.mark.slow]
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 LIMITS = Limits(cell_timeout=5, total_timeout=90, memory_mb=3072, processes=64, output_bytes=20_000)

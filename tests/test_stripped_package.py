@@ -12,6 +12,8 @@ from grading import SOLUTIONS, ScratchCourse, answer_ids, grade_cells_of, nbgrad
 from autograder.sandbox import package_folder, sandbox_available
 from autograder.stripped import KEPT, NOTEBOOKS, build, stripped_package
 
+pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
+
 ASSIGNMENT = "04_multi_head_attention"
 UNAVAILABLE = f"is not available while notebook {ASSIGNMENT} is graded"
 

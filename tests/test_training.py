@@ -359,6 +359,7 @@ print("graphs", torch._dynamo.utils.counters["stats"]["unique_graphs"])
 
 
 @needs_mirror
+@pytest.mark.slow
 def test_a_compiled_run_trains_through_dynamo_and_saves_weights_an_eager_model_loads(tmp_path):
     # a fresh interpreter: the finished answers' gates, up in this one, are code dynamo cannot trace
     out = tmp_path / "compiled"
