@@ -17,15 +17,19 @@ import torch
 
 from train_step_vs_nn_transformer import random_batch, timed_train_step
 from transformer_course.configs import RECIPE_FILE, load_config
+from transformer_course.cpu import for_cpu_training
 from transformer_course.model import build_model
 
 LENGTHS = (10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 24, 28)
 
 
 def recipe_model(vocab, device):
+    """The recipe's model as `train` prepares it: fused attention, and on a CPU its two fixes (cpu.py)."""
     torch.manual_seed(0)
     model = build_model(src_vocab_size=vocab, tgt_vocab_size=vocab, pad_idx=0, **load_config(RECIPE_FILE)["model"])
     model.set_need_weights(False)
+    if device.type == "cpu":
+        for_cpu_training(model)
     return model.to(device).train()
 
 

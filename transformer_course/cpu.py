@@ -19,7 +19,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-__all__ = ["FastDropout", "use_fast_dropout", "flush_denormals", "torch_threads", "fastest", "seconds_by_length"]
+__all__ = ["FastDropout", "use_fast_dropout", "flush_denormals", "for_cpu_training", "torch_threads", "fastest",
+           "seconds_by_length"]
 
 
 class FastDropout(nn.Dropout):
@@ -51,6 +52,13 @@ def use_fast_dropout(model):
 def flush_denormals():
     """Treat denormal floats as zero from now on (where the CPU supports it); returns whether it does."""
     return torch.set_flush_denormal(True)
+
+
+def for_cpu_training(model):
+    """Both fixes, as `train` applies them on a CPU: denormals flushed to zero, FastDropout in `model`
+    (returned)."""
+    flush_denormals()
+    return use_fast_dropout(model)
 
 
 @contextmanager

@@ -26,7 +26,7 @@ import torch
 from .progress import tqdm
 
 from .checkpoints import average_checkpoints, plain_values, read_checkpoint, save_checkpoint
-from .cpu import flush_denormals, use_fast_dropout
+from .cpu import for_cpu_training
 from .data import PAD, TokenBatchSampler, collate_batch
 from .devices import amp_dtype, choose_device, precision_note
 from .model import build_model
@@ -50,7 +50,7 @@ class RunOptions:
     model_builder: `model_builder(**config["model"])` builds the model (default: model.build_model; a notebook
     passes one that uses its own classes); compile: torch.compile the model for training (True: the inductor
     backend, or a backend's name), with dynamic shapes, since every batch has its own lengths. On the recipe
-    it did not pay: two minutes of compiling, then steps 14 % slower on a 2-core CPU and 10 % faster on a GPU
+    it did not pay: two minutes of compiling, then steps 12 % slower on a 2-core CPU and 10 % faster on a GPU
     (README, "Compilation")."""
     device: str = "auto"
     amp: bool = True
@@ -184,8 +184,7 @@ class TrainingRun:
         if hasattr(self.model, "set_need_weights"):
             self.model.set_need_weights(False)   # fused attention kernels: faster, the weights are not needed here
         if self.device.type == "cpu":            # see transformer_course/cpu.py
-            flush_denormals()
-            use_fast_dropout(self.model)
+            for_cpu_training(self.model)
         if self.compile_backend:                 # in place: the state dict keeps its names for the checkpoints
             self.model.compile(backend=self.compile_backend, dynamic=True)
         # The subword model travels in every checkpoint: the vocabulary alone cannot cut new text into pieces.
