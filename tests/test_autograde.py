@@ -1,19 +1,20 @@
 """The autograder round trip, through plain ``nbgrader autograde`` on a scratch course.
 
-For every assignment with a suite of realistic answers in tests/submissions/: the release filled with
-the solutions gets full marks and the untouched release gets zero on every test cell, both graded by
-nbgrader itself, and so does the release whose every answer imports the course's finished version; each
-wrong answer loses points in its own exercise only (with feedback that names the mistake), each route to
-the course's finished answer scores 0 in its exercise, and each correct but unusual answer keeps full
-marks. The suites hold about 400 answers, so they
-are scored with nbgrader's rule in one kernel per assignment (``grading.KernelReplay``): a fresh kernel
-and fresh imports for each would take most of CI's time.
+For every assignment with a suite of realistic answers in tests/submissions/: the release filled with the
+solutions, graded by nbgrader itself, gets full marks and raises in no cell (the notebooks' smoke mode, which the
+autograder uses; tests/test_notebooks_run.py runs the quick modes). The other submissions are scored with
+nbgrader's rule in one kernel per assignment (``grading.KernelReplay``), which first scores the solution exactly as
+nbgrader did: the untouched release gets zero on every test cell, and so does the release whose every answer
+imports the course's finished version; each wrong answer loses points in its own exercise only (with feedback
+that names the mistake), each route to the course's finished answer scores 0 in its exercise, and each correct
+but unusual answer keeps full marks. The suites hold about 400 answers: a fresh kernel and fresh imports for each
+would take most of CI's time.
 """
 import nbformat
 import pytest
 
 from grading import (SOLUTIONS, SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, finished_answers, grade_cells_of,
-                     load_suite, pack, with_answers)
+                     load_suite, nbgrader_cells, pack, with_answers)
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
@@ -46,22 +47,31 @@ def cases():
 _graded = {}
 
 
+def whole_release_answers(course):
+    """student -> answers for every exercise: the untouched release, and the course's finished versions imported."""
+    release = nbgrader_cells(course.release)
+    exercises = answer_ids(course.solution)
+    return {"untouched": {exercise: release[exercise].source for exercise in exercises},
+            "finished": {exercise: f"from transformer_course import {exercise}" for exercise in exercises}}
+
+
 def graded_assignment(assignment, tmp_path_factory):
     """Grade every student of one assignment once: (course, scores, feedback, student -> {exercise: answer}).
 
-    scores: student -> {grade_id: (score, max)}; feedback: student -> {grade_id: the errors shown}.
+    scores: student -> {grade_id: (score, max)}, "solution" by nbgrader and "replayed solution" by the replay;
+    feedback: student -> {grade_id: the errors shown}.
     """
     if assignment not in _graded:
         course = ScratchCourse(tmp_path_factory.mktemp(assignment), assignment)
         course.submit("solution", with_answers(course.release, course.solution_answers()))
-        course.submit("untouched", course.release)
-        course.submit("finished", with_answers(course.release, {exercise: f"from transformer_course import {exercise}"
-                                                                for exercise in answer_ids(course.solution)}))
         course.autograde()
         scores = course.scores()
         feedback = {}
         placement = {}
         with KernelReplay(course.solution, tmp_path_factory.mktemp(f"{assignment}-replay")) as replay:
+            scores["replayed solution"] = replay.reference
+            for student, answers in whole_release_answers(course).items():
+                scores[student], feedback[student] = replay.grade(answers)
             for kind, answers in suites(assignment).items():
                 for number, chosen in enumerate(pack(answers)):
                     student = f"{kind}{number}"
@@ -81,6 +91,22 @@ def test_solutions_get_full_marks(assignment, tmp_path_factory):
 
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
+def test_the_solution_raises_in_no_cell(assignment, tmp_path_factory):
+    course, _, _, _ = graded_assignment(assignment, tmp_path_factory)
+    executed = nbformat.read(course.path("autograded", "solution"), as_version=4)
+    errors = [(cell.get("id"), output.ename, output.evalue) for cell in executed.cells if cell.cell_type == "code"
+              for output in cell.outputs if output.output_type == "error"]
+    assert not errors, f"{assignment} in smoke mode raised errors: {errors}"
+
+
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
+def test_the_replay_scores_the_solution_as_nbgrader_did(assignment, tmp_path_factory):
+    _, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
+    assert scores["replayed solution"] == scores["solution"], \
+        f"the replay and nbgrader disagree on the solution: {scores['replayed solution']} against {scores['solution']}"
+
+
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
 def test_untouched_release_gets_zero_on_every_test_cell(assignment, tmp_path_factory):
     _, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
     scored = {cell: score for cell, score in scores["untouched"].items() if score[0] != 0}
@@ -91,7 +117,7 @@ def test_untouched_release_gets_zero_on_every_test_cell(assignment, tmp_path_fac
 def test_the_course_finished_answers_get_zero_on_every_test_cell(assignment, tmp_path_factory):
     _, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
     scored = {cell: score for cell, score in scores["finished"].items() if score[0] != 0}
-    assert not scored, f"importing the course's finished answers scored points in plain nbgrader: {scored}"
+    assert not scored, f"importing the course's finished answers scored points: {scored}"
 
 
 @pytest.mark.parametrize("assignment, kind, answer", list(cases()))
