@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import nbformat
 
-from .grade import GradingError, cell_grades, check_assignment, check_course, open_gradebook, read_report
+from .grade import GradingError, cell_grades, check_assignment, check_course, read_report
+from .nbgrader_course import open_gradebook
 
 HIDDEN_NOTE = "[a line quoting the hidden tests' code was removed]"
 MIN_QUOTED = 12   # shorter text ("assert x", "pass") is too common to mean a quotation

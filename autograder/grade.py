@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from traitlets import Unicode
 
 from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
                        without_notebooks)
+from .nbgrader_course import nbgrader_api, nbgrader_config, open_gradebook
 from .repair import RepairError, repair_file
 from .sandbox import Limits, sandbox_available
 
@@ -55,17 +55,6 @@ STAGING = ".autograder"
 
 class GradingError(Exception):
     """The course directory or the assignment is not ready to be graded."""
-
-
-# ----------------------------------------------------------------------------- nbgrader, driven from Python
-
-def quiet_nbgrader():
-    """Silence the SQLAlchemy warnings nbgrader's gradebook code raises on every run ("Object of type
-    <SubmittedAssignment> not in session ..."): they are about nbgrader's own session handling, and say nothing
-    an instructor can act on."""
-    from sqlalchemy.exc import SAWarning
-
-    warnings.filterwarnings("ignore", category=SAWarning)
 
 
 def check_course(course):
@@ -86,7 +75,7 @@ def gradebook_path(course):
     from nbgrader.coursedir import CourseDirectory
     from sqlalchemy.engine import make_url
 
-    url = make_url(CourseDirectory(config=_nbgrader_config(course)).db_url)
+    url = make_url(CourseDirectory(config=nbgrader_config(course)).db_url)
     return Path(url.database) if url.drivername.startswith("sqlite") and url.database else None
 
 
@@ -107,41 +96,6 @@ def check_assignment(course, assignment, graded=False):
             raise GradingError(f"the gradebook has no assignment {assignment!r} (it has: {known})") from None
     if graded and not any((course / "autograded").glob(f"*/{assignment}")):
         raise GradingError(f"nobody's {assignment} is graded yet: run `python -m autograder grade {assignment}` first")
-
-
-def _nbgrader_config(course, **overrides):
-    """The course's nbgrader_config.py as a traitlets Config, plus `overrides` ({"Class.trait": value})."""
-    from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
-
-    quiet_nbgrader()
-    config = Config()
-    if (course / "nbgrader_config.py").exists():
-        config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config())
-    for name, value in overrides.items():
-        section, trait = name.split(".")
-        config[section][trait] = value
-    config.CourseDirectory.root = str(course)
-    return config
-
-
-def _nbgrader_api(course, **overrides):
-    """An NbGraderAPI for `course` with its nbgrader_config.py, plus `overrides` ({"Class.trait": value})."""
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-
-    config = _nbgrader_config(course, **overrides)
-    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
-
-
-def open_gradebook(course):
-    """The course's gradebook where nbgrader keeps it: CourseDirectory.db_url of the course's configuration
-    (by default sqlite:///COURSE/gradebook.db). Use it as a context manager."""
-    from nbgrader.api import Gradebook
-    from nbgrader.coursedir import CourseDirectory
-
-    coursedir = CourseDirectory(config=_nbgrader_config(Path(course).resolve()))
-    return Gradebook(coursedir.db_url, coursedir.course_id)
 
 
 def _replay_preprocessor():
@@ -190,7 +144,7 @@ class NotebookReport:
 def _nbgrader_step(course, **overrides):
     """A function (assignment, student) -> "" or nbgrader's error: one `nbgrader autograde --force` with
     `overrides`. Students go one at a time: the gradebook is one SQLite file."""
-    api = _nbgrader_api(course, **overrides)
+    api = nbgrader_api(course, **overrides)
 
     def run(assignment, student):
         started = time.perf_counter()

@@ -17,8 +17,6 @@ directory, the command generates the releases and leaves every file outside them
 import json
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 import nbformat
 
 from . import CONFIG
+from .nbgrader_course import nbgrader_api
 
 try:
     import tomllib
@@ -212,20 +211,30 @@ def release_course(solutions: Path, destination: Path, names=None, log=print) ->
     return generate_releases(solutions, destination, names)
 
 
+def _nbgrader_reason(result):
+    """Why an NbGraderAPI call failed: the first error its log and traceback name, other than nbgrader's summary
+    ("NbGraderException: Please see the above traceback")."""
+    lines = f"{result.get('log', '')}\n{result.get('error', '')}".splitlines()
+    errors = [line.strip() for line in lines
+              if re.match(r"\s*[\w.]*(Error|Exception): ", line) and "NbGraderException" not in line]
+    return errors[0] if errors else next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+
+
 def generate_releases(solutions: Path, destination: Path, names=None) -> list:
-    """Write the student release of each assignment in ``names`` (all by default) under ``destination``."""
+    """Write the student release of each assignment in ``names`` (all by default) under ``destination``: nbgrader's
+    generate_assignment in a scratch course, every assignment in this one process (a process of its own would
+    import nbgrader again for each)."""
     names = checked_names(solutions, names)
     with tempfile.TemporaryDirectory(prefix="nbgrader-release-") as scratch:
         course = Path(scratch)
         shutil.copy(CONFIG, course / "nbgrader_config.py")
+        api = nbgrader_api(course)
         for name in names:
             shutil.copytree(solutions / name, course / "source" / name,
                             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-            done = subprocess.run([sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force",
-                                   "--log-level=ERROR"], cwd=course, capture_output=True, text=True)
-            if done.returncode != 0 or not (course / "release" / name).is_dir():
-                lines = (done.stderr or done.stdout).strip().splitlines()
-                raise ReleaseError(f"nbgrader generate_assignment {name} failed: {lines[-1] if lines else 'no output'}")
+            result = api.generate_assignment(name, force=True)
+            if not result["success"] or not (course / "release" / name).is_dir():
+                raise ReleaseError(f"nbgrader generate_assignment {name} failed: {_nbgrader_reason(result)}")
             target = destination / name
             if target.exists():
                 shutil.rmtree(target)

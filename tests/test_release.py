@@ -139,6 +139,17 @@ def test_release_where_there_are_no_solutions_is_refused_in_one_line(tmp_path, m
     assert sorted(tmp_path.iterdir()) == [tmp_path / "source"]
 
 
+def test_a_solution_nbgrader_cannot_release_is_refused_in_one_line_with_nbgraders_reason(tmp_path, refused):
+    shutil.copytree(SOLUTIONS / "03_masking", tmp_path / "solutions" / "03_masking")
+    path = tmp_path / "solutions" / "03_masking" / "03_masking.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    nbgrader_cells(notebook)["padding_mask"].source = "def padding_mask(ids, pad_idx):\n    ### BEGIN SOLUTION\n    pass"
+    nbformat.write(notebook, path)
+    line = refused(main, ["release", "--solutions", str(tmp_path / "solutions"), "--notebooks", str(tmp_path / "out")])
+    assert "nbgrader generate_assignment 03_masking failed: RuntimeError: no end solution statement found" in line, line
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_nbgrader_works_with_the_course_configuration_from_an_environment_that_is_not_activated(tmp_path):
     """`venv/bin/nbgrader generate_assignment` failed with FileNotFoundError: 'alembic' and released nothing."""

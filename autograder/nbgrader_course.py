@@ -1,0 +1,50 @@
+"""nbgrader, driven from Python: a course directory's configuration, its NbGraderAPI and its gradebook.
+
+nbgrader is imported inside the functions: the course's other commands do not pay for it.
+"""
+import warnings
+from pathlib import Path
+
+
+def quiet_nbgrader():
+    """Silence the SQLAlchemy warnings nbgrader's gradebook code raises on every run ("Object of type
+    <SubmittedAssignment> not in session ..."): they are about nbgrader's own session handling, and say nothing
+    an instructor can act on."""
+    from sqlalchemy.exc import SAWarning
+
+    warnings.filterwarnings("ignore", category=SAWarning)
+
+
+def nbgrader_config(course, **overrides):
+    """The course's nbgrader_config.py as a traitlets Config, plus `overrides` ({"Class.trait": value})."""
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    quiet_nbgrader()
+    config = Config()
+    if (course / "nbgrader_config.py").exists():
+        config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config())
+    for name, value in overrides.items():
+        section, trait = name.split(".")
+        config[section][trait] = value
+    config.CourseDirectory.root = str(course)
+    return config
+
+
+def nbgrader_api(course, **overrides):
+    """An NbGraderAPI for `course` with its nbgrader_config.py, plus `overrides` ({"Class.trait": value})."""
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+
+    config = nbgrader_config(course, **overrides)
+    return NbGraderAPI(coursedir=CourseDirectory(config=config), config=config)
+
+
+def open_gradebook(course):
+    """The course's gradebook where nbgrader keeps it: CourseDirectory.db_url of the course's configuration
+    (by default sqlite:///COURSE/gradebook.db). Use it as a context manager."""
+    from nbgrader.api import Gradebook
+    from nbgrader.coursedir import CourseDirectory
+
+    coursedir = CourseDirectory(config=nbgrader_config(Path(course).resolve()))
+    return Gradebook(coursedir.db_url, coursedir.course_id)
