@@ -22,7 +22,7 @@ NOTEBOOKS = [path for path in sorted(SOLUTIONS.glob("*/*.ipynb"))
              if "COURSE_SMOKE" in path.read_text(encoding="utf-8") and path.stem not in TOO_LONG]
 
 
-def test_the_quick_modes_run_here_and_the_others_in_the_autograde_tests():
+def test_the_training_notebooks_run_here_in_their_quick_mode():
     assert {"07_training", "08_decoding_bleu"} <= {path.stem for path in NOTEBOOKS}, NOTEBOOKS
 
 
