@@ -17,7 +17,7 @@ grading steps, and moves only the execution out of nbgrader:
    gets a submission and the release as bytes, and sends the executed notebooks back, with an error in
    the test cells of any exercise answered with someone else's code (library_answers.py).
 4. **record** ``nbgrader autograde --force`` runs again, on the sanitized copies and without sanitizing
-   them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in the outputs
+   or checking them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in the outputs
    of step 3: nbgrader scores the cells and writes the gradebook and ``autograded/`` as it would have after
    executing them itself.
 
@@ -443,12 +443,16 @@ def _clear_stages(staging, students):
 
 
 def _recording_preprocessors():
-    """nbgrader's own autograde steps, with Execute swapped for the replay of the sandboxed run."""
+    """nbgrader's own autograde steps, with Execute swapped for the replay of the sandboxed run, and without
+    CheckCellMetadata: the sanitize step ended with it on this very notebook, and nothing since changes its
+    nbgrader metadata (the replay takes the outputs, the steps after it outputs and other metadata). Its schema
+    check of every cell made a record 0.04 to 0.05 s longer (0.22 against 0.18 s for notebook 01)."""
     from nbgrader.converters import Autograde
-    from nbgrader.preprocessors import Execute
+    from nbgrader.preprocessors import CheckCellMetadata, Execute
 
     replay = _replay_preprocessor()
-    return [replay if p is Execute else p for p in Autograde.class_traits()["autograde_preprocessors"].default()]
+    return [replay if p is Execute else p for p in Autograde.class_traits()["autograde_preprocessors"].default()
+            if p is not CheckCellMetadata]
 
 
 def _repair_student(submitted, listing, release, repaired, reports):
