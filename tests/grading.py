@@ -161,7 +161,7 @@ GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMO
 
 class ScratchCourse:
     """An nbgrader course directory with the course's configuration and one assignment, released with
-    nbgrader's generate_assignment from `source` (a notebook; default: solutions/<assignment>), or, with
+    ``nbgrader generate_assignment`` from `source` (a notebook; default: solutions/<assignment>), or, with
     `released_copy`, the course's own release (notebooks/<assignment>) copied, without a source. `config`:
     lines added to the course's nbgrader_config.py. The one way the tests build a course directory."""
 
@@ -178,21 +178,13 @@ class ScratchCourse:
             else:
                 self.path("source").parent.mkdir(parents=True)
                 nbformat.write(source, self.path("source"))
-            self.generate_assignment()
+            self.nbgrader("generate_assignment", assignment)
             self.solution = nbformat.read(self.path("source"), as_version=4)
         self.release = nbformat.read(self.path("release"), as_version=4)
 
     def path(self, stage, student=None):
         parts = [stage] + ([student] if student else []) + [self.assignment, f"{self.assignment}.ipynb"]
         return self.root.joinpath(*parts)
-
-    def generate_assignment(self):
-        """nbgrader's generate_assignment through its Python API, in this process: the same code as the command,
-        without a Python and nbgrader's imports to start for each course (3 s)."""
-        from autograder.nbgrader_course import nbgrader_api
-
-        result = nbgrader_api(self.root).generate_assignment(self.assignment, force=True)
-        assert result["success"], f"nbgrader generate_assignment {self.assignment} failed:\n{result['log']}"
 
     def nbgrader(self, *args):
         subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=self.root,
