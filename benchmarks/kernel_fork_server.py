@@ -8,12 +8,14 @@ Today every sandboxed kernel starts Python and ipykernel and imports torch and t
 a notebook's first cell on a 2-core machine. Here one process (the zygote) starts in the grader's sandbox
 (autograder/sandbox.py, with the course package), imports ipykernel, torch, matplotlib and the course, then
 forks a kernel per request. Each fork makes its own user, mount, PID, network, IPC and UTS namespaces, mounts
-a private /tmp and /dev/shm, hides the other kernels' folders and covers /proc (mounting a procfs of its own
-fails with EPERM inside bwrap's sandbox, likely because bwrap's /proc has read-only mounts over /proc/sys and
-others), takes its own task limit, drops every capability and starts ipykernel. The script prints the seconds
-from the fork request to the kernel's first reply, and what one kernel can see of another. Known gaps of the
-prototype: without /proc, torch's cpuinfo reports an error at the first operation (it reads /proc/cpuinfo);
-the zygote's task limit must allow every kernel's.
+a private /tmp and /dev/shm, hides the other kernels' folders and covers /proc but for cpuinfo, meminfo and
+stat, which describe the machine, not its processes (mounting a procfs of its own fails with EPERM inside bwrap's sandbox,
+likely because bwrap's /proc has read-only mounts over /proc/sys and others), takes its own task limit, drops
+every capability and starts ipykernel. The script prints the seconds from the fork request to the kernel's
+first reply, and what one kernel can see of another. The course reads nothing else of /proc (devices.py reads
+cpuinfo; so does torch); code that reads /proc/self would fail here, where today's sandbox has it. The
+zygote's own task limit counts every kernel's tasks: it is set for all of them, and each kernel gets its own
+below it.
 """
 import argparse
 import ctypes
@@ -25,7 +27,8 @@ from pathlib import Path
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 4096, 8192, 16384, 1 << 18
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
+MACHINE_FILES = ("cpuinfo", "meminfo", "stat")   # what torch and Python read of /proc: the machine, no process
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, LINUX_CAPABILITY_VERSION_3 = 24, 38, 0x20080522
 KERNEL_TASKS = 64          # autograder.sandbox.Limits.processes: each kernel's own, in its own user namespace
 
@@ -89,7 +92,20 @@ def _private_mounts(libc, kernels, own):
     os.makedirs(own)
     _mount(libc, "/dev/shm/.own", own, flags=MS_MOVE)
     os.rmdir("/dev/shm/.own")
-    _mount(libc, "tmpfs", "/proc", "tmpfs", options="size=4k,mode=555")
+    _cover_proc(libc)
+
+
+def _cover_proc(libc):
+    """/proc covered by an empty folder, but for the files about the machine (no process's), bound back."""
+    for name in MACHINE_FILES:
+        Path("/dev/shm", name).touch()
+        _mount(libc, f"/proc/{name}", f"/dev/shm/{name}", flags=MS_BIND)
+    _mount(libc, "tmpfs", "/proc", "tmpfs", options="size=4k,mode=755")
+    for name in MACHINE_FILES:
+        Path("/proc", name).touch()
+        _mount(libc, f"/dev/shm/{name}", f"/proc/{name}", flags=MS_MOVE)
+        os.remove(f"/dev/shm/{name}")
+    _mount(libc, "none", "/proc", flags=MS_REMOUNT | MS_RDONLY)
 
 
 def _kernel(kernels, kernel_id):
