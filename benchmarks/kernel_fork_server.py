@@ -9,13 +9,13 @@ a notebook's first cell on a 2-core machine. Here one process (the zygote) start
 (autograder/sandbox.py, with the course package), imports ipykernel, torch, matplotlib and the course, then
 forks a kernel per request. Each fork makes its own user, mount, PID, network, IPC and UTS namespaces, mounts
 a private /tmp and /dev/shm, hides the other kernels' folders and covers /proc but for cpuinfo, meminfo and
-stat, which describe the machine, not its processes (mounting a procfs of its own fails with EPERM inside bwrap's sandbox,
-likely because bwrap's /proc has read-only mounts over /proc/sys and others), takes its own task limit, drops
-every capability and starts ipykernel. The script prints the seconds from the fork request to the kernel's
-first reply, and what one kernel can see of another. The course reads nothing else of /proc (devices.py reads
-cpuinfo; so does torch); code that reads /proc/self would fail here, where today's sandbox has it. The
-zygote's own task limit counts every kernel's tasks: it is set for all of them, and each kernel gets its own
-below it.
+stat, which describe the machine, not its processes (mounting a procfs of its own fails with EPERM inside
+bwrap's sandbox, likely because bwrap's /proc has read-only mounts over /proc/sys and others), takes its own
+task limit, drops every capability and starts ipykernel. The script prints the seconds from the fork request
+to the kernel's first reply, and what one kernel can see of another. The course reads nothing else of /proc
+(devices.py reads cpuinfo; so does torch); code that reads /proc/self would fail here, where today's sandbox
+has it. The zygote's own task limit counts every kernel's tasks: it is set for all of them, and each kernel
+gets its own below it.
 """
 import argparse
 import ctypes
