@@ -28,7 +28,7 @@ from pathlib import Path
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
-MACHINE_FILES = ("cpuinfo", "meminfo", "stat")   # what torch and Python read of /proc: the machine, no process
+MACHINE_FILES = ("cpuinfo", "meminfo", "stat")   # about the machine, none about a process; torch reads cpuinfo
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, LINUX_CAPABILITY_VERSION_3 = 24, 38, 0x20080522
 KERNEL_TASKS = 64          # autograder.sandbox.Limits.processes: each kernel's own, in its own user namespace
 
