@@ -17,9 +17,9 @@ grading steps, and moves only the execution out of nbgrader:
    gets a submission and the release as bytes, and sends the executed notebooks back, with an error in
    the test cells of any exercise answered with someone else's code (library_answers.py).
 4. **record** ``nbgrader autograde --force`` runs again, on the sanitized copies and without sanitizing
-   or checking them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in the outputs
-   of step 3: nbgrader scores the cells and writes the gradebook and ``autograded/`` as it would have after
-   executing them itself.
+   or checking them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in
+   the outputs of step 3: nbgrader scores the cells and writes the gradebook and ``autograded/`` as it would
+   have after executing them itself.
 
 The steps overlap: a submission goes to a worker as soon as it is sanitized, and is recorded as soon as its
 result is back, while the workers run the others. A recorded submission is marked done
