@@ -46,7 +46,7 @@ from traitlets import Unicode
 
 from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
                        without_notebooks)
-from .nbgrader_course import nbgrader_api, nbgrader_config, open_gradebook
+from .nbgrader_course import nbgrader_api, nbgrader_config, nbgrader_output, nbgrader_reason, open_gradebook
 from .repair import RepairError, repair_file
 from .sandbox import Limits, sandbox_available
 
@@ -152,7 +152,7 @@ def _nbgrader_step(course, **overrides):
         run.seconds += time.perf_counter() - started
         if result["success"]:
             return ""
-        return (result.get("error") or result.get("log") or "nbgrader autograde failed").strip()
+        return nbgrader_output(result) or "nbgrader autograde failed"
 
     run.seconds = 0.0    # spent in nbgrader so far: the part of grading that stays on this machine
     return run
@@ -249,9 +249,9 @@ class _Batch:
         log = self.staging / "logs" / f"{student}.txt"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(error + "\n", encoding="utf-8")
-        last = error.strip().splitlines()[-1] if error.strip() else "no message"
-        self._fail(student, f"{what}: {last}")
-        self.log(f"  {student}: {what}: {last} (nbgrader's log: {os.path.relpath(log, self.course)})")
+        reason = nbgrader_reason(error)
+        self._fail(student, f"{what}: {reason}")
+        self.log(f"  {student}: {what}: {reason} (nbgrader's log: {os.path.relpath(log, self.course)})")
 
     def _forget(self, student):
         """Nothing of this submission can be graded: remove an earlier submission's grades and autograded

@@ -2,6 +2,7 @@
 
 nbgrader is imported inside the functions: the course's other commands do not pay for it.
 """
+import re
 import warnings
 from pathlib import Path
 
@@ -48,3 +49,17 @@ def open_gradebook(course):
 
     coursedir = CourseDirectory(config=nbgrader_config(Path(course).resolve()))
     return Gradebook(coursedir.db_url, coursedir.course_id)
+
+
+def nbgrader_output(result):
+    """All an NbGraderAPI call's result says: its log, then its error (a traceback)."""
+    return f"{result.get('log') or ''}\n{result.get('error') or ''}".strip()
+
+
+def nbgrader_reason(output):
+    """Why an nbgrader call failed, in one line: the first error its output names, other than nbgrader's summary
+    ("NbGraderException: Please see the above traceback"); else its last line."""
+    lines = output.splitlines()
+    errors = [line.strip() for line in lines
+              if re.match(r"\s*[\w.]*(Error|Exception): ", line) and "NbGraderException" not in line]
+    return errors[0] if errors else next((line.strip() for line in reversed(lines) if line.strip()), "no output")

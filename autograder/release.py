@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from . import CONFIG
-from .nbgrader_course import nbgrader_api
+from .nbgrader_course import nbgrader_api, nbgrader_output, nbgrader_reason
 
 try:
     import tomllib
@@ -211,15 +211,6 @@ def release_course(solutions: Path, destination: Path, names=None, log=print) ->
     return generate_releases(solutions, destination, names)
 
 
-def _nbgrader_reason(result):
-    """Why an NbGraderAPI call failed: the first error its log and traceback name, other than nbgrader's summary
-    ("NbGraderException: Please see the above traceback")."""
-    lines = f"{result.get('log', '')}\n{result.get('error', '')}".splitlines()
-    errors = [line.strip() for line in lines
-              if re.match(r"\s*[\w.]*(Error|Exception): ", line) and "NbGraderException" not in line]
-    return errors[0] if errors else next((line.strip() for line in reversed(lines) if line.strip()), "no output")
-
-
 def generate_releases(solutions: Path, destination: Path, names=None) -> list:
     """Write the student release of each assignment in ``names`` (all by default) under ``destination``: nbgrader's
     generate_assignment in a scratch course, every assignment in this one process (a process of its own would
@@ -234,7 +225,7 @@ def generate_releases(solutions: Path, destination: Path, names=None) -> list:
                             ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
             result = api.generate_assignment(name, force=True)
             if not result["success"] or not (course / "release" / name).is_dir():
-                raise ReleaseError(f"nbgrader generate_assignment {name} failed: {_nbgrader_reason(result)}")
+                raise ReleaseError(f"nbgrader generate_assignment {name} failed: {nbgrader_reason(nbgrader_output(result))}")
             target = destination / name
             if target.exists():
                 shutil.rmtree(target)

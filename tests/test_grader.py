@@ -371,3 +371,27 @@ def test_local_workers_start_with_the_judges_modules_imported():
         assert imported == [], f"a worker's first torch._check imported {len(imported)} modules: {imported[:5]}"
     finally:
         pool.close()
+
+
+def test_a_submission_nbgrader_refuses_is_reported_with_the_error_nbgrader_names(tmp_path):
+    """The one line on the console and in the CSV names nbgrader's error, not the last line of its log."""
+    from autograder.grade import _Batch
+
+    assignment = "01_positional_encoding"
+    course = ScratchCourse(tmp_path, assignment)
+    outdated = with_answers(course.release, course.solution_answers())
+    for cell in outdated.cells:
+        if "nbgrader" in cell.metadata:
+            cell.metadata.nbgrader["schema_version"] = 0
+    lines = []
+    batch = _Batch(tmp_path, assignment, tmp_path / "release" / assignment, ["old"], lines.append)
+    # Straight into the step nbgrader runs (the repair step before it would reset the metadata).
+    repaired = tmp_path / ".autograder" / assignment / "repaired" / "old" / assignment
+    repaired.mkdir(parents=True)
+    nbformat.write(outdated, repaired / f"{assignment}.ipynb")
+    error = batch.sanitize(assignment, "old")
+    assert error, "nbgrader sanitized a notebook of schema version 0"
+    batch._nbgrader_failed("old", "nbgrader could not read the submission", error)
+    expected = "nbgrader could not read the submission: nbgrader.nbgraderformat.common.SchemaTooOldError: Outdated schema"
+    assert lines and lines[0].strip().startswith(f"old: {expected}"), lines
+    assert batch.reports["old"][assignment].error.startswith(expected), batch.reports["old"][assignment].error
