@@ -258,7 +258,8 @@ def _report_notes(report, hidden):
     """What went wrong with the notebook as a whole: an error, repairs, broken cells."""
     esc, parts = html.escape, []
     if report is not None and report.error:
-        parts.append(f"<p class='bad'>This notebook could not be graded: {esc(report.error)}</p>")
+        # nbgrader's error comes from the sanitized notebook, which holds the hidden tests
+        parts.append(f"<p class='bad'>This notebook could not be graded: {esc(scrub(report.error, hidden))}</p>")
     if report is not None and report.repairs:
         parts.append("<p>The notebook's grading metadata was damaged (Colab and some editors drop it) and was "
                      "repaired:</p><ul>" + "".join(f"<li>{esc(a)}</li>" for a in report.repairs) + "</ul>")

@@ -262,3 +262,17 @@ def test_the_courses_own_messages_are_shown_whole():
                 assert shorten(node.value, len(node.value)) == node.value, node.value[:2 * LONG_RUN]
                 checked += 1
     assert checked > 500
+
+
+def test_a_notebook_that_could_not_be_graded_shows_its_error_without_hidden_code():
+    """nbgrader's error about a submission comes from the sanitized notebook, which holds the hidden tests."""
+    from autograder.grade import NotebookReport
+
+    source, release = notebooks()
+    hidden = hidden_text(source).secret(public_text(release, release))
+    code_line = next(line for line in hidden_section(source).splitlines()
+                     if line.strip() and hidden.quoted_in(line))
+    report = NotebookReport(ASSIGNMENT, error=f"nbgrader could not read the submission: ValueError: {code_line}")
+    page = html.unescape(render("mallory", ASSIGNMENT, ASSIGNMENT, [], hidden, report))
+    assert "This notebook could not be graded: " + HIDDEN_NOTE in page, page
+    assert code_line.strip() not in page
