@@ -34,6 +34,7 @@ from jupyter_client.connect import write_connection_file
 
 from .cells import is_locked_setup, is_test
 from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, is_judged, judge_cell, take_probe_data
+from .kernel_server import ForkServerError, forget, server_for
 from .sandbox import hand_over, kernel_environment, limited_command, sandbox_command
 
 STARTUP_TIMEOUT = 60   # seconds a new kernel gets to answer
@@ -54,30 +55,30 @@ GUARD_SOURCE = Path(__file__).with_name("kernel_guard.py").read_text(encoding="u
 
 
 class KernelStartError(RuntimeError):
-    pass
+    def __init__(self, message, submission_at_fault=False):
+        super().__init__(message)
+        self.submission_at_fault = submission_at_fault   # its files did not fit in the kernel's work folder
 
 
 class _Kernel:
     """One IPython kernel process (sandboxed unless told otherwise) and a client on its Unix sockets."""
 
-    def __init__(self, workdir, limits, env, sandbox, until, package=None):
-        self.folder = tempfile.mkdtemp(prefix="kernel-")
+    def __init__(self, workdir, limits, env, sandbox, until, package=None, server=None):
+        """``server``: the kernel server (kernel_server.py) to fork the kernel from, else a new process."""
+        self.folder = server.folder() if server else tempfile.mkdtemp(prefix="kernel-")
         connection_file = os.path.join(self.folder, "kernel.json")
         # ipc: Unix sockets in self.folder, the only way in and out of a sandbox without a network.
         write_connection_file(connection_file, transport="ipc", ip=os.path.join(self.folder, "ipc"),
                               key=secrets.token_hex(16).encode())
-        # -I: ipykernel itself from the installation, never from a file in the submission.
-        command = [sys.executable, "-I", "-m", "ipykernel_launcher", "-f", connection_file]
-        if sandbox:
-            hand_over(self.folder)
-            argv, scratch = sandbox_command(command, workdir, self.folder, limits, package), "/tmp"
-        else:
-            argv, scratch = limited_command(command, limits), self.folder
         self.log = open(os.path.join(self.folder, "kernel.log"), "w+b")
-        # Its own session: close() kills the whole process group (bwrap takes its sandbox along).
-        self.process = subprocess.Popen(argv, cwd=workdir, env=kernel_environment(workdir, env, scratch),
-                                        stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        try:
+            if server:
+                self.process = server.start(self.folder, workdir, limits, env, max(until - time.monotonic(), 1))
+            else:
+                self.process = _new_process(connection_file, workdir, limits, env, sandbox, package, self.log)
+        except ForkServerError:
+            self.log.close()
+            raise
         self.client = BlockingKernelClient(connection_file=connection_file)
         self.client.load_connection_file()
         self.client.start_channels(stdin=False, hb=False)
@@ -97,7 +98,8 @@ class _Kernel:
             if not self.alive or time.monotonic() >= until:
                 self.log.seek(0)
                 tail = self.log.read()[-2000:].decode(errors="replace")
-                raise KernelStartError(f"the kernel did not start: {tail or 'no message'}")
+                raise KernelStartError(f"the kernel did not start: {tail or 'no message'}",
+                                       getattr(self.process, "files_did_not_fit", False))
 
     @property
     def alive(self):
@@ -141,13 +143,35 @@ class _Kernel:
 
     def close(self):
         self.client.stop_channels()
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait()
+        self.process.kill()
         self.log.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class _NewProcess(subprocess.Popen):
+    """A kernel in a process of its own: kill() takes along everything it started (its session, and with
+    bubblewrap's the whole sandbox)."""
+
+    def kill(self):
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.wait()
+
+
+def _new_process(connection_file, workdir, limits, env, sandbox, package, log):
+    # -I: ipykernel itself from the installation, never from a file in the submission.
+    command = [sys.executable, "-I", "-m", "ipykernel_launcher", "-f", connection_file]
+    folder = os.path.dirname(connection_file)
+    if sandbox:
+        hand_over(folder)
+        argv, scratch = sandbox_command(command, workdir, folder, limits, package), "/tmp"
+    else:
+        argv, scratch = limited_command(command, limits), folder
+    # Its own session, for kill().
+    return _NewProcess(argv, cwd=workdir, env=kernel_environment(workdir, env, scratch), stdin=subprocess.DEVNULL,
+                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _next(get, timeout):
@@ -246,8 +270,8 @@ def _error(ename, evalue):
 class _Runner:
     """Runs a notebook's code cells one by one, replacing the kernel whenever a cell breaks it."""
 
-    def __init__(self, workdir, limits, env, sandbox, package=None):
-        self.workdir, self.limits, self.env, self.sandbox = workdir, limits, env, sandbox
+    def __init__(self, workdir, limits, env, sandbox, package=None, fork=True):
+        self.workdir, self.limits, self.env, self.sandbox, self.fork = workdir, limits, env, sandbox, fork
         self.package = package   # the course package's copy the sandbox shows (stripped.py), or None
         self.deadline = time.monotonic() + limits.total_timeout
         self.kernel = None
@@ -346,14 +370,33 @@ class _Runner:
     def _start_kernel(self, index):
         """A new kernel with the guard installed and, after a restart, the cells that had worked re-run."""
         self.ready_for_test = None
-        self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package)
+        self.kernel = self._new_kernel()
         self._install_guard()
         if self.completed and not self._replay(index):
             # The re-run broke this kernel too: a fresh one then, without the earlier cells.
             self.stop_kernel()
             self.completed = []
-            self.kernel = _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package)
+            self.kernel = self._new_kernel()
             self._install_guard()
+
+    def _new_kernel(self):
+        """A kernel forked from the kernel server when sandboxed; a process of its own when that server fails
+        (that costs time, not isolation). KernelStartError when the submission's files do not fit in its folder."""
+        if self.sandbox and self.fork:
+            server = None
+            try:
+                server = server_for(self.limits, self.env, self.package, max(self.time_left(), 1))
+                return _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package, server)
+            except KernelStartError as error:
+                if error.submission_at_fault or self.time_left() <= 0:
+                    raise
+                failure = error
+            except ForkServerError as error:
+                failure = error
+            print(f"autograder: the kernel server failed ({failure}); this kernel starts on its own", file=sys.stderr)
+            if server is not None:
+                forget(server)
+        return _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package)
 
     def _install_guard(self):
         self.guard_name, self.nonce = "_grader_guard_" + secrets.token_hex(8), secrets.token_hex(16)
@@ -394,17 +437,18 @@ class _Runner:
             self.kernel = None
 
 
-def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None):
+def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None, fork=True):
     """Run every code cell of ``nb`` (nbformat v4, in memory) in a fresh kernel with ``workdir`` as its
     folder and home, sandboxed unless ``sandbox`` is false, within ``limits`` (sandbox.Limits), with
     ``env`` added to the kernel's environment, and in the sandbox ``package`` (a folder) in place of the course
-    package. Returns (a copy of nb with outputs and execution counts, the list of Problem records of the cells
-    that broke)."""
+    package; sandboxed kernels are forked from the kernel server (kernel_server.py) unless ``fork`` is false.
+    Returns (a copy of nb with outputs and execution counts, the list of Problem records of the cells that
+    broke)."""
     executed = copy.deepcopy(nb)
     # COURSE_GRADING: the notebook's own check (check.py) does not start a check of its own from here.
     # COURSE_JUDGE_OUTSIDE: judged test cells send their probe data here instead of judging in the kernel.
     runner = _Runner(os.path.abspath(workdir), limits,
-                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package)
+                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package, fork)
     if sandbox:
         hand_over(workdir)
     try:

@@ -2,6 +2,7 @@
 
 Each notebook is small, and so are the limits: the whole file runs in about 80 seconds on two busy cores.
 """
+import concurrent.futures
 import os
 import socket
 import time
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder.execute import execute_notebook
+from autograder import kernel_server
+from autograder.execute import KernelStartError, execute_notebook
 from autograder.sandbox import Limits, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
@@ -22,12 +24,12 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 LIMITS = Limits(cell_timeout=5, total_timeout=90, memory_mb=3072, processes=64, output_bytes=20_000)
 
 
-def run(tmp_path, *cells, limits=LIMITS):
+def run(tmp_path, *cells, limits=LIMITS, fork=True, env=None):
     """Execute code cells (str) or ready-made cells in a fresh workdir: (executed notebook, problems)."""
     workdir = tmp_path / "workdir"
     workdir.mkdir(exist_ok=True)
     nb = new_notebook(cells=[new_code_cell(c) if isinstance(c, str) else c for c in cells])
-    return execute_notebook(nb, workdir, limits, env={"COURSE_SMOKE": "1"})
+    return execute_notebook(nb, workdir, limits, env={"COURSE_SMOKE": "1", **(env or {})}, fork=fork)
 
 
 def text(cell):
@@ -46,7 +48,8 @@ def nbgrader(source, *, test):
     return new_code_cell(source, metadata={"nbgrader": grading})
 
 
-def test_normal_notebook(tmp_path):
+@pytest.mark.parametrize("fork", [True, False], ids=["forked kernel", "kernel of its own"])
+def test_normal_notebook(tmp_path, fork):
     (tmp_path / "workdir").mkdir()
     (tmp_path / "workdir" / "data.txt").write_text("the student's own file")
     workdir_before = sorted(os.listdir(tmp_path / "workdir"))
@@ -59,7 +62,7 @@ def test_normal_notebook(tmp_path):
         new_code_cell("import os, torch\nprint(open('data.txt').read(), sorted(os.listdir('.')), "
                       "torch.ones(2).sum().item(), os.environ['COURSE_SMOKE'], os.environ['OMP_NUM_THREADS'])"),
     ])
-    executed, problems = execute_notebook(nb, tmp_path / "workdir", LIMITS, env={"COURSE_SMOKE": "1"})
+    executed, problems = execute_notebook(nb, tmp_path / "workdir", LIMITS, env={"COURSE_SMOKE": "1"}, fork=fork)
     cells = executed.cells
     assert problems == []
     assert cells[0].source == "# Title" and "outputs" not in cells[0]
@@ -153,7 +156,8 @@ def test_fork_bomb_is_bounded_and_cleaned_up(tmp_path):
     assert _sleepers(seconds) == [], "the sandbox's processes outlived it"
 
 
-def test_files_outside_the_workdir_are_invisible_and_read_only(tmp_path):
+@pytest.mark.parametrize("fork", [True, False], ids=["forked kernel", "kernel of its own"])
+def test_files_outside_the_workdir_are_invisible_and_read_only(tmp_path, fork):
     secrets = {
         "other student": tmp_path / "other_student" / "ps1" / "answers.py",
         "gradebook": tmp_path / "gradebook.db",
@@ -176,6 +180,7 @@ def test_files_outside_the_workdir_are_invisible_and_read_only(tmp_path):
         f"print('READ', read)",
         f"written = []\nfor path in {[str(p) for p in writes]!r}:\n    try:\n        open(path, 'w').write('x')\n"
         f"        written.append(path)\n    except OSError:\n        pass\nprint('WROTE', written)",
+        fork=fork,
     )
     assert text(executed.cells[0]) == "READ []\n"
     # /tmp is the sandbox's own: writing there works, and nothing shows on the host
@@ -264,3 +269,68 @@ def test_notebook_time_limit(tmp_path):
     assert errors(cells[1])[0][0] == "CellTimeoutError" and "notebook ran out of time" in errors(cells[1])[0][1]
     assert errors(cells[2])[0][0] == "NotebookTimeoutError" and cells[2].execution_count is None
     assert [(p.index, p.kind) for p in problems] == [(1, "timeout"), (2, "not-run")]
+
+
+# ----------------------------------------------------------------------------- kernels forked from the kernel server
+
+HOLDER = """
+import os, threading, time
+open('/tmp/first', 'w').write('x'); open('/dev/shm/first', 'w').write('x'); open('mine', 'w').write('x')
+started = 0
+try:
+    for _ in range(500):
+        threading.Thread(target=time.sleep, args=(12,), daemon=True).start()
+        started += 1
+except RuntimeError:
+    pass
+print(started)
+time.sleep(8)
+"""
+LOOKER = """
+import os, threading, time
+time.sleep(4)
+started = 0
+for _ in range(20):
+    threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
+    started += 1
+kernels = os.path.dirname(os.path.dirname(os.getcwd()))
+print(os.path.exists('/tmp/first'), os.listdir('/dev/shm'), len(os.listdir(kernels)), sorted(os.listdir('/proc')),
+      os.listdir('.'), started)
+"""
+
+
+def test_kernels_forked_at_the_same_time_do_not_see_each_other(tmp_path):
+    """Two notebooks at once, from one kernel server: the first fills /tmp, /dev/shm, its folder and its task limit;
+    the second sees none of it, nor the first's folder, nor a process in /proc, and starts threads of its own."""
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first = pool.submit(run, tmp_path / "first", HOLDER)
+        time.sleep(1)
+        second = pool.submit(run, tmp_path / "second", LOOKER)
+        (holder, _), (looker, problems) = first.result(), second.result()
+    assert 10 < int(text(holder.cells[0])) < LIMITS.processes, text(holder.cells[0])
+    assert text(looker.cells[0]) == "False [] 1 ['cpuinfo', 'meminfo', 'stat'] [] 20\n", \
+        f"the second kernel saw: {text(looker.cells[0])} {errors(looker.cells[0])}"
+    assert problems == []
+
+
+def test_a_kernel_server_that_fails_costs_time_not_isolation(tmp_path, monkeypatch, capfd):
+    """A zygote that dies at its start: the notebook runs in a sandboxed kernel of its own, and the grader says so."""
+    monkeypatch.setattr(kernel_server, "ZYGOTE_SOURCE", "raise SystemExit(3)")
+    secret = tmp_path / "other_student.txt"
+    secret.write_text("secret")
+    executed, problems = run(tmp_path, "import os\nprint('/kernels-' in os.getcwd(), os.listdir('.'))",
+                             f"print(open({str(secret)!r}).read())", env={"TEST_ZYGOTE": "dies"})
+    assert text(executed.cells[0]) == "False []\n" and problems == []
+    assert errors(executed.cells[1])[0][0] == "FileNotFoundError"
+    assert "autograder: the kernel server failed (the kernel server did not start)" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked kernel", "kernel of its own"])
+def test_files_that_do_not_fit_in_the_work_folder_stop_the_notebook(tmp_path, fork):
+    (tmp_path / "workdir").mkdir()
+    (tmp_path / "workdir" / "big.bin").write_bytes(b"x" * 3 * 2**20)
+    limits = Limits(cell_timeout=5, total_timeout=30, memory_mb=3072, processes=64, workdir_mb=1)
+    with pytest.raises(KernelStartError, match="No space left on device"):
+        run(tmp_path, "print('never')", limits=limits, fork=fork)

@@ -1,0 +1,201 @@
+"""Kernels that start ready: a fork server (the zygote, kernel_zygote.py) in the grader's sandbox imports
+ipykernel, torch, matplotlib and the course package once, then forks each kernel from itself, in namespaces of
+its own (see kernel_zygote.py for what each kernel sees). A kernel is ready about 0.4 s after it is asked for,
+against 2-3 s for a new Python that imports all that (benchmarks/kernel_fork_server.py).
+
+Each kernel is used for one notebook and never reused: what a student's code does to it dies with it. The zygote
+itself never runs a student's code. There is one zygote per package the kernels see (the assignment's stripped
+copy), environment and memory limit, in each process that runs notebooks, and it dies with that process
+(bubblewrap's --die-with-parent).
+
+Whatever goes wrong with the kernel server costs speed, never isolation: a zygote that does not start, or a kernel
+of it that does not answer, and the executor starts a kernel as before, in a sandbox of its own.
+"""
+import atexit
+import dataclasses
+import itertools
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from .sandbox import hand_over, kernel_environment, sandbox_command
+
+ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding="utf-8")
+FILES_DO_NOT_FIT = 111     # kernel_zygote.FILES_DO_NOT_FIT (that file is never imported)
+# What the zygote imports: what every kernel imports to run, and what the tamper guard imports (kernel_guard.MODULES).
+PRELOADED = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "matplotlib.pyplot",
+             "matplotlib_inline.backend_inline", "numpy", "numpy.testing", "torch", "torch.nn.functional",
+             "torch.testing", "transformer_course", "transformer_course.probing", "transformer_course.testing",
+             "transformer_course.oracles")
+ZYGOTE_TASKS = 4096        # the zygote's own limit counts its kernels' tasks too; each kernel has its own below it
+SERVERS_KEPT = 2           # zygotes kept per process (one per assignment being graded: a few hundred MB each)
+
+
+class ForkServerError(RuntimeError):
+    pass
+
+
+class KernelServer:
+    """A zygote in the sandbox, and the kernels forked from it."""
+
+    def __init__(self, limits, env, package, timeout):
+        self.base = tempfile.mkdtemp(prefix="kernels-")
+        self.ids, self.lock, self.pending = itertools.count(), threading.Lock(), b""
+        # What the zygote said, kept for every thread: whether it is ready, the kernels it started and their exits.
+        self.ready, self.started, self.exited = False, set(), {}
+        hand_over(self.base)
+        command = [sys.executable, "-I", "-c", ZYGOTE_SOURCE, self.base, *PRELOADED]
+        zygote_limits = dataclasses.replace(limits, processes=ZYGOTE_TASKS)
+        self.log = open(os.path.join(self.base, "zygote.log"), "w+b")
+        self.process = subprocess.Popen(sandbox_command(command, self.base, self.base, zygote_limits, package),
+                                        cwd=self.base, env=kernel_environment(self.base, env), stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.log, start_new_session=True)
+        os.set_blocking(self.process.stdout.fileno(), False)
+        if not self._wait_for(lambda: self.ready, time.monotonic() + timeout):
+            self.close()
+            raise ForkServerError("the kernel server did not start")
+
+    @property
+    def alive(self):
+        return self.process.poll() is None
+
+    def folder(self):
+        """A new kernel's folder, for its connection file, its sockets and its log."""
+        kernel_id = f"k{next(self.ids)}"
+        os.mkdir(os.path.join(self.base, kernel_id))
+        return os.path.join(self.base, kernel_id)
+
+    def start(self, folder, workdir, limits, env, timeout):
+        """Fork a kernel that runs in ``folder`` (from folder()) on a copy of ``workdir``'s files; its handle."""
+        _copy_files(workdir, os.path.join(folder, "files"))
+        os.mkdir(os.path.join(folder, "work"))
+        hand_over(folder)
+        kernel_id = os.path.basename(folder)
+        work = os.path.join(folder, "work")
+        self._send({"start": kernel_id, "env": kernel_environment(work, env), "memory_mb": limits.memory_mb,
+                    "processes": limits.processes, "workdir_mb": limits.workdir_mb})
+        if not self._wait_for(lambda: kernel_id in self.started, time.monotonic() + timeout):
+            raise ForkServerError("the kernel server did not answer")
+        return ForkedKernel(self, kernel_id)
+
+    def exit_status(self, kernel_id):
+        """The kernel's exit status, or None while it runs (a zygote that died took its kernels along)."""
+        with self.lock:
+            self._read()
+        if kernel_id in self.exited:
+            return self.exited[kernel_id]
+        return None if self.alive else -9
+
+    def kill(self, kernel_id, timeout=5):
+        """Kill the kernel and wait until it has ended (the zygote with it, if it does not answer)."""
+        if self.exit_status(kernel_id) is None:
+            try:
+                self._send({"kill": kernel_id})
+            except ForkServerError:
+                pass   # the zygote is gone, and its kernels with it
+            if not self._wait_for(lambda: kernel_id in self.exited, time.monotonic() + timeout):
+                self.close()
+
+    def close(self):
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.log.close()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def _send(self, message):
+        try:
+            with self.lock:
+                self.process.stdin.write((json.dumps(message) + "\n").encode())
+                self.process.stdin.flush()
+        except OSError as error:
+            raise ForkServerError(f"the kernel server is gone: {error}") from error
+
+    def _wait_for(self, said, until):
+        """Whether the zygote ``said`` it (a test on what it said) by ``until``."""
+        while not said() and time.monotonic() < until and self.alive:
+            select.select([self.process.stdout], [], [], 0.05)
+            with self.lock:
+                self._read()
+        return said()
+
+    def _read(self):
+        """Record the zygote's messages that have come."""
+        chunk = self.process.stdout.read() or b""
+        *lines, self.pending = (self.pending + chunk).split(b"\n")
+        for message in map(json.loads, lines):
+            self.ready = self.ready or message.get("ready", False)
+            self.started.update([message["started"]] if "started" in message else [])
+            self.exited.update([(message["exited"], message["status"])] if "exited" in message else [])
+
+
+def _copy_files(workdir, target):
+    """The submission's files, for the kernel to copy into its capped work folder: hard links where the two
+    folders share a file system (no copy on disk), copies elsewhere."""
+    def link_or_copy(source, destination):
+        try:
+            os.link(source, destination, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(source, destination, follow_symlinks=False)
+    shutil.copytree(workdir, target, symlinks=True, copy_function=link_or_copy)
+
+
+class ForkedKernel:
+    """The process handle of a forked kernel, as the executor uses a Popen's."""
+
+    def __init__(self, server, kernel_id):
+        self.server, self.kernel_id = server, kernel_id
+
+    def poll(self):
+        return self.server.exit_status(self.kernel_id)
+
+    def kill(self):
+        self.server.kill(self.kernel_id)
+
+    @property
+    def files_did_not_fit(self):
+        return self.poll() == FILES_DO_NOT_FIT
+
+
+_servers = {}    # (package, environment, memory) -> KernelServer, most recently used last
+_lock = threading.Lock()
+
+
+def server_for(limits, env, package, timeout):
+    """This process's zygote for kernels that see ``package`` with ``env``, under ``limits``' memory; started on
+    first use (raises ForkServerError when it cannot be)."""
+    key = (str(package), tuple(sorted((env or {}).items())), limits.memory_mb)
+    with _lock:
+        server = _servers.pop(key, None)
+        if server is None or not server.alive:
+            server = KernelServer(limits, env, package, timeout)
+        _servers[key] = server
+        while len(_servers) > SERVERS_KEPT:
+            _servers.pop(next(iter(_servers))).close()
+        return server
+
+
+def forget(server):
+    """Close ``server`` and start a new one on next use (after it failed a kernel)."""
+    with _lock:
+        for key, kept in list(_servers.items()):
+            if kept is server:
+                del _servers[key]
+    server.close()
+
+
+@atexit.register
+def close_all():
+    with _lock:
+        while _servers:
+            _servers.popitem()[1].close()
