@@ -15,6 +15,7 @@ import atexit
 import dataclasses
 import itertools
 import json
+import multiprocessing.util
 import os
 import select
 import shutil
@@ -171,6 +172,16 @@ _servers = {}    # (package, environment, memory) -> KernelServer, most recently
 _lock = threading.Lock()
 
 
+def _forget_in_child():
+    """A process forked from this one starts servers of its own: this one's pipes to its zygotes are not its to use."""
+    global _lock
+    _servers.clear()
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def server_for(limits, env, package, timeout):
     """This process's zygote for kernels that see ``package`` with ``env``, under ``limits``' memory; started on
     first use (raises ForkServerError when it cannot be)."""
@@ -194,8 +205,13 @@ def forget(server):
     server.close()
 
 
-@atexit.register
 def close_all():
     with _lock:
         while _servers:
             _servers.popitem()[1].close()
+
+
+# At exit, the zygotes' folders go too (the zygotes die with this process anyway): atexit's handlers do not run
+# in multiprocessing's worker processes, its finalizers do.
+atexit.register(close_all)
+multiprocessing.util.Finalize(None, close_all, exitpriority=0)
