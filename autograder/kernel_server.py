@@ -76,9 +76,12 @@ class KernelServer:
 
     def start(self, folder, workdir, limits, env, timeout):
         """Fork a kernel that runs in ``folder`` (from folder()) on a copy of ``workdir``'s files; its handle."""
-        _copy_files(workdir, os.path.join(folder, "files"))
-        os.mkdir(os.path.join(folder, "work"))
-        hand_over(folder)
+        try:
+            _copy_files(workdir, os.path.join(folder, "files"))
+            os.mkdir(os.path.join(folder, "work"))
+            hand_over(folder)
+        except (OSError, shutil.Error) as error:
+            raise ForkServerError(f"the kernel's folder could not be made: {error}") from error
         kernel_id = os.path.basename(folder)
         work = os.path.join(folder, "work")
         self._send({"start": kernel_id, "env": kernel_environment(work, env), "memory_mb": limits.memory_mb,
@@ -106,10 +109,10 @@ class KernelServer:
                 self.close()
 
     def close(self):
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if self.log.closed:
+            return
+        if self.process.poll() is None:   # not yet reaped: its pid is still its own
+            os.killpg(self.process.pid, signal.SIGKILL)   # bubblewrap's session: the sandbox and all in it
         self.process.wait()
         self.log.close()
         shutil.rmtree(self.base, ignore_errors=True)
@@ -142,13 +145,18 @@ class KernelServer:
 
 def _copy_files(workdir, target):
     """The submission's files, for the kernel to copy into its capped work folder: hard links where the two
-    folders share a file system (no copy on disk), copies elsewhere."""
+    folders share a file system (no copy on disk), copies elsewhere. Links are kept as links; what is neither a
+    file, a folder nor a link (a pipe would block the copy) is left out."""
     def link_or_copy(source, destination):
         try:
             os.link(source, destination, follow_symlinks=False)
         except OSError:
             shutil.copy2(source, destination, follow_symlinks=False)
-    shutil.copytree(workdir, target, symlinks=True, copy_function=link_or_copy)
+
+    def special(folder, names):
+        paths = (os.path.join(folder, name) for name in names)
+        return [os.path.basename(p) for p in paths if not (os.path.islink(p) or os.path.isfile(p) or os.path.isdir(p))]
+    shutil.copytree(workdir, target, symlinks=True, copy_function=link_or_copy, ignore=special)
 
 
 class ForkedKernel:
@@ -190,6 +198,9 @@ def server_for(limits, env, package, timeout):
         server = _servers.pop(key, None)
         if server is None or not server.alive:
             server = KernelServer(limits, env, package, timeout)
+            # At this process's exit its folder goes too (the zygote dies with the process anyway). atexit's
+            # handlers do not run in multiprocessing's worker processes; its finalizers registered there do.
+            multiprocessing.util.Finalize(server, server.close, exitpriority=0)
         _servers[key] = server
         while len(_servers) > SERVERS_KEPT:
             _servers.pop(next(iter(_servers))).close()
@@ -211,7 +222,4 @@ def close_all():
             _servers.popitem()[1].close()
 
 
-# At exit, the zygotes' folders go too (the zygotes die with this process anyway): atexit's handlers do not run
-# in multiprocessing's worker processes, its finalizers do.
 atexit.register(close_all)
-multiprocessing.util.Finalize(None, close_all, exitpriority=0)

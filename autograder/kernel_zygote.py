@@ -179,6 +179,8 @@ def _kernel(base, request, zygote_alive):
     for fd, target in ((null, 0), (log, 1), (log, 2)):    # never the zygote's pipes to the grader
         os.dup2(fd, target)
     _die_with_parent(libc, zygote_alive)
+    for fd in (null, log, zygote_alive):
+        os.close(fd)
     _own_namespaces(libc, request)
     _private_mounts(libc, base, own, request)
     _loopback_up()

@@ -334,3 +334,15 @@ def test_files_that_do_not_fit_in_the_work_folder_stop_the_notebook(tmp_path, fo
     limits = Limits(cell_timeout=5, total_timeout=30, memory_mb=3072, processes=64, workdir_mb=1)
     with pytest.raises(KernelStartError, match="No space left on device"):
         run(tmp_path, "print('never')", limits=limits, fork=fork)
+
+
+def test_a_kernel_server_that_died_between_notebooks_is_replaced(tmp_path):
+    env = {"TEST_ZYGOTE": "killed"}   # a server of this test's own
+    run(tmp_path, "print('first')", env=env)
+    [server] = [s for key, s in kernel_server._servers.items() if ("TEST_ZYGOTE", "killed") in key[1]]
+    os.killpg(server.process.pid, 9)
+    server.process.wait()
+    executed, problems = run(tmp_path, "import os\nprint('/kernels-' in os.getcwd())", env=env)
+    assert text(executed.cells[0]) == "True\n" and problems == []
+    [replacement] = [s for key, s in kernel_server._servers.items() if ("TEST_ZYGOTE", "killed") in key[1]]
+    assert replacement is not server and replacement.alive
