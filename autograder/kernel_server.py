@@ -193,7 +193,8 @@ os.register_at_fork(after_in_child=_forget_in_child)
 def server_for(limits, env, package, timeout):
     """This process's zygote for kernels that see ``package`` with ``env``, under ``limits``' memory; started on
     first use (raises ForkServerError when it cannot be)."""
-    key = (str(package), tuple(sorted((env or {}).items())), limits.memory_mb)
+    # What the sandbox shows (sandbox_command) also depends on the data mirror, if there is one.
+    key = (str(package), tuple(sorted((env or {}).items())), limits.memory_mb, os.environ.get("MULTI30K_MIRROR"))
     with _lock:
         server = _servers.pop(key, None)
         if server is None or not server.alive:

@@ -23,6 +23,7 @@ import fcntl
 import importlib
 import json
 import os
+import re
 import resource
 import select
 import shutil
@@ -98,19 +99,39 @@ def _loopback_up():
         fcntl.ioctl(probe, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
 
 
+def _inside(path, folder):
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _mounts_under(folder, leaving_out):
+    """The outermost mount points under ``folder``, but ``leaving_out`` and what is in it: what the sandbox bound
+    there (the Python installation, the course package or its stripped copy, when they live under /tmp)."""
+    points = set()
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])  # \040: a space
+        if _inside(point, folder) and point != folder and not _inside(point, leaving_out):
+            points.add(point)
+    return [p for p in points if not any(_inside(p, q) and p != q for q in points)]
+
+
 def _private_mounts(libc, base, own, request):
-    """A private /tmp and /dev/shm, of the kernels' folders only its own, and /proc covered."""
+    """A private /tmp and /dev/shm, of the kernels' folders only its own, and /proc covered. What the sandbox
+    bound under /tmp is held aside while /tmp is covered, and bound back (read-only as it was)."""
     scratch = max(request["memory_mb"] // 4, 1)   # as the sandbox's /tmp: in memory, outside the address-space limit
+    kept = [own] + _mounts_under("/tmp", base)
     _mount(libc, "none", "/", flags=MS_REC | MS_PRIVATE)
     _tmpfs(libc, "/dev/shm", scratch)
-    os.mkdir("/dev/shm/.own")
-    _mount(libc, own, "/dev/shm/.own", flags=MS_BIND)     # held while what was around it is covered
+    held = [f"/dev/shm/.held{number}" for number in range(len(kept))]
+    for path, place in zip(kept, held):
+        os.mkdir(place)
+        _mount(libc, path, place, flags=MS_BIND | MS_REC)
     _tmpfs(libc, "/tmp", scratch)
     if os.path.isdir(base):                               # still in sight when it is not under /tmp
         _tmpfs(libc, base, 1, mode="755")
-    os.makedirs(own)
-    _mount(libc, "/dev/shm/.own", own, flags=MS_MOVE)
-    os.rmdir("/dev/shm/.own")
+    for path, place in zip(kept, held):
+        os.makedirs(path, exist_ok=True)
+        _mount(libc, place, path, flags=MS_MOVE)
+        os.rmdir(place)
     _cover_proc(libc)
 
 

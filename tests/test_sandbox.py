@@ -61,12 +61,13 @@ def test_normal_notebook(tmp_path, fork):
         new_code_cell("1 / 0"),
         new_code_cell("import os, torch\nprint(open('data.txt').read(), sorted(os.listdir('.')), "
                       "torch.ones(2).sum().item(), os.environ['COURSE_SMOKE'], os.environ['OMP_NUM_THREADS'])"),
+        new_code_cell("print('/kernels-' in os.getcwd())"),   # a forked kernel's folder is the kernel server's
     ])
     executed, problems = execute_notebook(nb, tmp_path / "workdir", LIMITS, env={"COURSE_SMOKE": "1"}, fork=fork)
     cells = executed.cells
     assert problems == []
     assert cells[0].source == "# Title" and "outputs" not in cells[0]
-    assert [c.execution_count for c in cells[1:]] == [1, 2, 3, 4, 5]
+    assert [c.execution_count for c in cells[1:]] == [1, 2, 3, 4, 5, 6]
     assert [(o.name, o.text) for o in cells[1].outputs] == [("stdout", "out\n"), ("stderr", "err\n")]
     assert cells[2].outputs[0].output_type == "execute_result"
     assert cells[2].outputs[0].data["text/plain"] == "42" and cells[2].outputs[0].execution_count == 2
@@ -74,6 +75,7 @@ def test_normal_notebook(tmp_path, fork):
     assert shown.output_type == "display_data" and "**shown**" in shown.data["text/markdown"]
     assert errors(cells[4])[0][0] == "ZeroDivisionError"
     assert text(cells[5]) == "the student's own file ['data.txt'] 2.0 1 1\n"
+    assert text(cells[6]) == f"{fork}\n", "the kernel did not run the way asked (a forked kernel fell back?)"
     assert sorted(os.listdir(tmp_path / "workdir")) == workdir_before, "the notebook must never enter the workdir"
     assert all(not c.get("outputs") for c in nb.cells), "the caller's notebook must not change"
 
@@ -287,21 +289,26 @@ print(started)
 time.sleep(8)
 """
 LOOKER = """
-import os, threading, time
+import ctypes, os, threading, time
 time.sleep(4)
 started = 0
 for _ in range(20):
     threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
     started += 1
 kernels = os.path.dirname(os.path.dirname(os.getcwd()))
+libc = ctypes.CDLL(None, use_errno=True)
+# What would uncover the others: taking off the covering mounts, or namespaces of its own to do it in.
+uncovered = [path for path in (kernels, '/tmp', '/proc') if libc.umount2(path.encode(), 2) == 0]
+unshared = libc.unshare(0x10000000 | 0x00020000) == 0
 print(os.path.exists('/tmp/first'), os.listdir('/dev/shm'), len(os.listdir(kernels)), sorted(os.listdir('/proc')),
-      os.listdir('.'), started)
+      os.listdir('.'), started, uncovered, unshared)
 """
 
 
 def test_kernels_forked_at_the_same_time_do_not_see_each_other(tmp_path):
     """Two notebooks at once, from one kernel server: the first fills /tmp, /dev/shm, its folder and its task limit;
-    the second sees none of it, nor the first's folder, nor a process in /proc, and starts threads of its own."""
+    the second sees none of it, nor the first's folder, nor a process in /proc, starts threads of its own, and can
+    neither take off the mounts that cover the others nor make namespaces in which to do it."""
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -310,7 +317,7 @@ def test_kernels_forked_at_the_same_time_do_not_see_each_other(tmp_path):
         second = pool.submit(run, tmp_path / "second", LOOKER)
         (holder, _), (looker, problems) = first.result(), second.result()
     assert 10 < int(text(holder.cells[0])) < LIMITS.processes, text(holder.cells[0])
-    assert text(looker.cells[0]) == "False [] 1 ['cpuinfo', 'meminfo', 'stat'] [] 20\n", \
+    assert text(looker.cells[0]) == "False [] 1 ['cpuinfo', 'meminfo', 'stat'] [] 20 [] False\n", \
         f"the second kernel saw: {text(looker.cells[0])} {errors(looker.cells[0])}"
     assert problems == []
 
@@ -346,3 +353,19 @@ def test_a_kernel_server_that_died_between_notebooks_is_replaced(tmp_path):
     assert text(executed.cells[0]) == "True\n" and problems == []
     [replacement] = [s for key, s in kernel_server._servers.items() if ("TEST_ZYGOTE", "killed") in key[1]]
     assert replacement is not server and replacement.alive
+
+
+def test_a_forked_kernel_sees_what_the_sandbox_bound_under_tmp(tmp_path, monkeypatch):
+    """A forked kernel's /tmp is its own, but what the sandbox bound under /tmp it still sees, read-only: a data
+    mirror here; in CI, whose clone and virtual environment live under /tmp, the course package and the
+    installation, from which it imports what its zygote had not imported."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "train.de").write_text("ein Satz")
+    monkeypatch.setenv("MULTI30K_MIRROR", str(mirror))
+    executed, problems = run(tmp_path, "import os, IPython.core.debugger, transformer_course.plotting\n"
+                                       "mirror = os.environ['MULTI30K_MIRROR']\n"
+                                       "print('/kernels-' in os.getcwd(), open(mirror + '/train.de').read())\n"
+                                       "open(mirror + '/mine', 'w')")
+    assert text(executed.cells[0]) == "True ein Satz\n", errors(executed.cells[0])
+    assert errors(executed.cells[0])[0][0] == "OSError", "the kernel could write into a read-only folder"
