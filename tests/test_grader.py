@@ -314,7 +314,8 @@ def test_feedback_shows_messages_but_never_test_code(course):
 
 def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     """Notebook 01 through the grader: the solutions get every point, the untouched release none, and so
-    does the release whose answers import the course's finished versions."""
+    does the release whose answers import the course's finished versions; the kernels are forked from the
+    workers' kernel servers."""
     assignment = "01_positional_encoding"
     course = ScratchCourse(tmp_path, assignment)
     release = course.release
@@ -322,8 +323,9 @@ def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     for student, notebook in (("solved", solved(release, course.solution)), ("untouched", release),
                               ("finished", finished)):
         course.submit(student, notebook)
-    subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, "--workers", "2"],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=600)
+    graded = subprocess.run([sys.executable, "-m", "autograder", "grade", assignment, "--workers", "2"],
+                            cwd=tmp_path, check=True, capture_output=True, text=True, timeout=600)
+    assert "the kernel server failed" not in graded.stderr, f"the workers' kernels were not forked: {graded.stderr}"
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{tmp_path / 'gradebook.db'}") as gradebook:
         def tests(student):
