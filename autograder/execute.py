@@ -3,7 +3,8 @@
 ``execute_notebook`` fills in outputs and execution counts as nbclient would, but a cell that breaks the
 rules costs that cell only: a cell that runs too long, prints too much or kills its kernel gets an error
 output (so nbgrader gives it 0 points) and the kernel is interrupted, or replaced by a new one in which
-the cells that had worked before are re-run silently; then the next cell runs as usual.
+the cells that had worked before are re-run silently; then the next cell runs as usual. A sandboxed kernel is
+forked, ready, from a kernel server that has ipykernel, torch and the course imported (kernel_server.py).
 
 The notebook never goes to disk where the kernel could see it: it holds the hidden tests. Before the
 first cell a guard (kernel_guard.py) captures the original objects of builtins, torch, numpy, math, the
