@@ -36,7 +36,7 @@ from jupyter_client.connect import write_connection_file
 from .cells import is_locked_setup, is_test
 from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, is_judged, judge_cell, take_probe_data
 from .kernel_server import ForkServerError, forget, server_for
-from .sandbox import hand_over, kernel_environment, limited_command, sandbox_command
+from .sandbox import FILES_DO_NOT_FIT, hand_over, kernel_environment, limited_command, sandbox_command
 
 STARTUP_TIMEOUT = 60   # seconds a new kernel gets to answer
 INTERRUPT_GRACE = 3    # seconds an interrupted cell gets to stop before its kernel is killed
@@ -100,7 +100,7 @@ class _Kernel:
                 self.log.seek(0)
                 tail = self.log.read()[-2000:].decode(errors="replace")
                 raise KernelStartError(f"the kernel did not start: {tail or 'no message'}",
-                                       getattr(self.process, "files_did_not_fit", False))
+                                       self.process.files_did_not_fit)
 
     @property
     def alive(self):
@@ -159,6 +159,10 @@ class _NewProcess(subprocess.Popen):
         except ProcessLookupError:
             pass
         self.wait()
+
+    @property
+    def files_did_not_fit(self):
+        return self.poll() == FILES_DO_NOT_FIT
 
 
 def _new_process(connection_file, workdir, limits, env, sandbox, package, log):

@@ -11,6 +11,7 @@ copy), environment and memory limit, in each process that runs notebooks, and it
 Whatever goes wrong with the kernel server costs speed, never isolation: a zygote that does not start, or a kernel
 of it that does not answer, and the executor starts a kernel as before, in a sandbox of its own.
 """
+import ast
 import atexit
 import dataclasses
 import itertools
@@ -27,15 +28,21 @@ import threading
 import time
 from pathlib import Path
 
-from .sandbox import hand_over, kernel_environment, sandbox_command
+from .sandbox import FILES_DO_NOT_FIT, hand_over, kernel_environment, sandbox_command
 
 ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding="utf-8")
-FILES_DO_NOT_FIT = 111     # kernel_zygote.FILES_DO_NOT_FIT (that file is never imported)
-# What the zygote imports: what every kernel imports to run, and what the tamper guard imports (kernel_guard.MODULES).
-PRELOADED = ("ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.zmqshell", "matplotlib.pyplot",
-             "matplotlib_inline.backend_inline", "numpy", "numpy.testing", "torch", "torch.nn.functional",
-             "torch.testing", "transformer_course", "transformer_course.probing", "transformer_course.testing",
-             "transformer_course.oracles")
+
+
+def _guard_modules():
+    """kernel_guard.MODULES, read from its source (the guard is never imported: execute.py sends its text)."""
+    tree = ast.parse(Path(__file__).with_name("kernel_guard.py").read_text(encoding="utf-8"))
+    return next(ast.literal_eval(node.value) for node in tree.body
+                if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["MODULES"])
+
+
+# What the zygote imports: what every kernel imports to run, the course package, and what the tamper guard imports.
+PRELOADED = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "transformer_course",
+             "transformer_course.probing", *_guard_modules())
 ZYGOTE_TASKS = 4096        # the zygote's own limit counts its kernels' tasks too; each kernel has its own below it
 SERVERS_KEPT = 2           # zygotes kept per process (one per assignment being graded: a few hundred MB each)
 
@@ -85,7 +92,8 @@ class KernelServer:
         kernel_id = os.path.basename(folder)
         work = os.path.join(folder, "work")
         self._send({"start": kernel_id, "env": kernel_environment(work, env), "memory_mb": limits.memory_mb,
-                    "processes": limits.processes, "workdir_mb": limits.workdir_mb})
+                    "processes": limits.processes, "workdir_mb": limits.workdir_mb,
+                    "files_do_not_fit": FILES_DO_NOT_FIT})
         if not self._wait_for(lambda: kernel_id in self.started, time.monotonic() + timeout):
             raise ForkServerError("the kernel server did not answer")
         return ForkedKernel(self, kernel_id)

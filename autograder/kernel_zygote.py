@@ -5,7 +5,8 @@ Never imported: the grader runs this file's text as ``python -I -c <text> <base 
 kernels' folders are under the base folder, the only folder of the host the zygote can write to. It reads
 requests, one JSON object a line, on stdin and answers on stdout:
 
-    {"start": id, "env": {...}, "memory_mb": n, "processes": n, "workdir_mb": n}  ->  {"started": id}
+    {"start": id, "env": {...}, "memory_mb": n, "processes": n, "workdir_mb": n, "files_do_not_fit": status}
+                                                                                    ->  {"started": id}
     {"kill": id}                                                                    (no answer)
     and whenever a kernel has ended:                                                {"exited": id, "status": n}
 
@@ -39,7 +40,6 @@ MS_RDONLY, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 1, 32, 4096, 8192,
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, LINUX_CAPABILITY_VERSION_3 = 1, 24, 38, 0x20080522
 MACHINE_FILES = ("cpuinfo", "meminfo", "stat")   # about the machine, none about a process; torch reads cpuinfo
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, IFREQ = 0x8913, 0x8914, 1, "16sh22x"   # struct ifreq: a name and flags
-FILES_DO_NOT_FIT = 111                           # the exit status when the submission's files overflow the work folder
 
 
 def _libc():
@@ -148,7 +148,7 @@ def _cover_proc(libc):
     _mount(libc, "none", "/proc", flags=MS_REMOUNT | MS_RDONLY)
 
 
-def _fill_work_folder(libc, own, megabytes):
+def _fill_work_folder(libc, own, megabytes, files_do_not_fit):
     """The work folder: a tmpfs of ``megabytes`` with a copy of the submission's files, whose own folder is then
     covered (its files are the host's: the kernel writes to its copy only)."""
     work, files = os.path.join(own, "work"), os.path.join(own, "files")
@@ -158,7 +158,7 @@ def _fill_work_folder(libc, own, megabytes):
     except (OSError, shutil.Error) as error:
         print(f"the submission's files do not fit in the kernel's work folder ({megabytes} MB): {error}",
               file=sys.stderr, flush=True)
-        os._exit(FILES_DO_NOT_FIT)
+        os._exit(files_do_not_fit)
     _tmpfs(libc, files, 1, mode="555")
     _mount(libc, "none", files, flags=MS_REMOUNT | MS_RDONLY)
     return work
@@ -205,7 +205,7 @@ def _kernel(base, request, zygote_alive):
     _own_namespaces(libc, request)
     _private_mounts(libc, base, own, request)
     _loopback_up()
-    work = _fill_work_folder(libc, own, request["workdir_mb"])
+    work = _fill_work_folder(libc, own, request["workdir_mb"], request["files_do_not_fit"])
     memory = request["memory_mb"] * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     _drop_capabilities(libc)

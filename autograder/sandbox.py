@@ -122,8 +122,10 @@ def _folders_leading_to(mount_points):
 
 # Where the sandbox shows the submission's files, read-only, to copy them into the capped work folder.
 SUBMISSION_MOUNT = "/.submission"
+# The exit status of a kernel whose submission's files do not fit in its work folder (Limits.workdir_mb).
+FILES_DO_NOT_FIT = 111
 # Copies them, then execs the kernel (same pid). cp -R copies links as links and never follows them.
-_POPULATE = 'cp -R -- "$1/." "$2" || exit 111; shift 2; exec "$@"'
+_POPULATE = f'cp -R -- "$1/." "$2" || exit {FILES_DO_NOT_FIT}; shift 2; exec "$@"'
 
 
 def sandbox_command(command, workdir, connection_dir, limits, package=None):
