@@ -305,14 +305,17 @@ needs_real_mirror = pytest.mark.skipif(
 @needs_real_mirror
 def test_the_mirror_checksums_are_the_packages():
     listed = dict(reversed(line.split()) for line in (REAL_MIRROR / "SHA256SUMS").read_text().splitlines())
-    assert listed == SHA256SUMS
+    assert listed == {name: SHA256SUMS[name] for name in listed}, "a mirror file with another checksum"
+    trained_on = {f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")}
+    assert trained_on <= set(listed), "the mirror lacks a file the course trains or tests on"
+    assert set(SHA256SUMS) - set(listed) <= {"test_2017_flickr.de.gz", "test_2017_flickr.en.gz"}
 
 
 @needs_real_mirror
 def test_the_real_splits_have_the_published_sizes():
     sizes = {split: len(load_split(split, mirror=REAL_MIRROR)[0]) for split in ("train", "val", "test")}
     assert sizes == {"train": 29000, "val": 1014, "test": 1000}
-    assert list(sizes.values()) == list(data.LINE_COUNTS.values())
+    assert sizes == {split: data.LINE_COUNTS[data.SPLITS[split]] for split in sizes}
 
 
 @needs_real_mirror

@@ -46,7 +46,8 @@ __all__ = [
 
 BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 LANGS = ("de", "en")  # source, target
-SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr", "test_2016_flickr": "test_2016_flickr"}
+SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr", "test_2016_flickr": "test_2016_flickr",
+          "test_2017_flickr": "test_2017_flickr"}
 
 # SHA-256 of the official files (unchanged upstream since 2018). They live in the package, not in a data
 # folder, because on Colab only the installed package exists.
@@ -57,8 +58,11 @@ SHA256SUMS = {
     "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    # the WMT 2017 test set: held out, read only by `reproduce` once its choices are made
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
 }
-LINE_COUNTS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000}
+LINE_COUNTS = {"train": 29000, "val": 1014, "test_2016_flickr": 1000, "test_2017_flickr": 1000}
 
 SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 PAD, UNK, BOS, EOS = SPECIALS
@@ -138,11 +142,11 @@ def _verified_mirror_file(path, expected) -> Path:
     if not path.parent.is_dir():
         raise MissingFileError(
             f"the Multi30k mirror {path.parent} is not a folder: point --mirror (or MULTI30K_MIRROR) at the folder "
-            f"that holds the official Multi30k files {sorted(SHA256SUMS)}, or set neither to download them.")
+            f"that holds the official Multi30k files ({path.name} among them), or set neither to download them.")
     if not path.is_file():
         raise MissingFileError(
-            f"{path} is missing: the mirror folder {path.parent} must hold the official Multi30k files "
-            f"{sorted(SHA256SUMS)}. Copy them there (from {BASE_URL}/<name>), or unset MULTI30K_MIRROR "
+            f"{path} is missing: the mirror folder {path.parent} must hold the official Multi30k files it is "
+            f"asked for. Copy {path.name} there (from {BASE_URL}/{path.name}), or unset MULTI30K_MIRROR "
             f"(and pass no mirror=) to download them.")
     actual = sha256_of(path)
     if actual != expected:
@@ -227,8 +231,9 @@ def split_lines(text) -> list:
 
 
 def load_split(split, **fetch_options):
-    """(german, english): two aligned lists of sentence strings for "train", "val" or "test"
-    (= "test_2016_flickr"). `fetch_options` (cache_dir, mirror, base_url, checksums, ...) go to `fetch`."""
+    """(german, english): two aligned lists of sentence strings for "train", "val", "test"
+    (= "test_2016_flickr") or "test_2017_flickr" (held out). `fetch_options` (cache_dir, mirror, base_url,
+    checksums, ...) go to `fetch`."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
     paths = [fetch(f"{SPLITS[split]}.{lang}.gz", **fetch_options) for lang in LANGS]

@@ -111,8 +111,9 @@ def build_parser():
         description="Translate a Multi30k split (or a test set of your own: --src, --ref) with a checkpoint and "
                     "print sacreBLEU (with its signature) and lowercased tokenised BLEU.")
     parser.add_argument("checkpoint", help="a checkpoint written by python -m transformer_course.train")
-    parser.add_argument("--split", choices=["test", "val", "train"],
-                        help="which Multi30k split to translate (default: test = test_2016_flickr)")
+    parser.add_argument("--split", choices=["test", "val", "train", "test_2017_flickr"],
+                        help="which Multi30k split to translate (default: test = test_2016_flickr; "
+                             "test_2017_flickr is held out)")
     parser.add_argument("--src", help="a test set of your own: German sentences, one a line (UTF-8 text, or .gz)")
     parser.add_argument("--ref", help="the English references of --src, line for line")
     parser.add_argument("--beam", type=int, default=PAPER.beam_size,
