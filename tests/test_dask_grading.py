@@ -76,14 +76,13 @@ def scores(course):
 
 
 def test_the_cluster_records_the_same_scores_as_the_local_grader(template, cluster, tmp_path):
-    local, remote = tmp_path / "local", tmp_path / "remote"
-    shutil.copytree(template, local)
+    # EXPECTED is what the local grader records for these students (the last test, which grades them locally)
+    remote = tmp_path / "remote"
     shutil.copytree(template, remote)
-    grade(local, "--workers", "2")
     log = grade(remote, "--scheduler", cluster.address)
     assert "Dask cluster" in log, log
     assert recorded(log) == sorted(STUDENTS)
-    assert scores(remote) == scores(local) == EXPECTED
+    assert scores(remote) == EXPECTED
     for student in STUDENTS:   # nbgrader wrote autograded/ here, as after a local run
         assert (remote / "autograded" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").exists()
     executed = nbformat.read(remote / "autograded" / "ada" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", as_version=4)
