@@ -319,6 +319,23 @@ def test_the_real_splits_have_the_published_sizes():
 
 
 @needs_real_mirror
+def test_the_data_command_verifies_the_six_files_and_says_whether_it_has_the_held_out_set(tmp_path, capsys,
+                                                                                          monkeypatch):
+    for name in SHA256SUMS:
+        if not name.startswith("test_2017"):
+            (tmp_path / name).symlink_to(REAL_MIRROR / name)
+    data.main(["--mirror", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "the six files present and verified" in printed
+    assert "test_2017_flickr (held out, optional): not had" in printed and "test_2017_flickr.de.gz is missing" in printed
+    for lang in ("de", "en"):    # a stand-in for the held-out pair, with its checksums
+        (tmp_path / f"test_2017_flickr.{lang}.gz").write_bytes(gzip.compress(b"eins\nzwei\n"))
+        monkeypatch.setitem(SHA256SUMS, f"test_2017_flickr.{lang}.gz", data.sha256_of(tmp_path / f"test_2017_flickr.{lang}.gz"))
+    data.main(["--mirror", str(tmp_path)])
+    assert "test_2017_flickr (held out) 2 pairs, present and verified" in capsys.readouterr().out
+
+
+@needs_real_mirror
 def test_the_first_validation_pair():
     german, english = load_split("val", mirror=REAL_MIRROR)
     assert german[0] == "Eine Gruppe von Männern lädt Baumwolle auf einen Lastwagen"
