@@ -32,10 +32,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(items):
-    """Slow tests before quick ones. pytest-xdist hands out the xdist groups first, largest first, then single
-    tests in this order: so the long single tests (a notebook in quick mode, an install) start early, and the
-    quick ones are left to even out the two workers' ends, which otherwise differed by a minute or two."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The long tests first, then the other slow ones, then the quick ones. pytest-xdist hands out the work (a
+    single test, or a whole xdist group) in this order (`--no-loadscope-reorder`): so the longest tests (07 and
+    08 in quick mode, an install) start at once instead of after every group, and the quick tests are left to
+    even out the two workers' ends, which otherwise differed by a minute or two."""
+    items.sort(key=lambda item: (item.get_closest_marker("long") is None, item.get_closest_marker("slow") is None))
 
 
 @pytest.fixture

@@ -154,6 +154,7 @@ def run_cells(python, folder, *sources):
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_install_cell_installs_the_course_where_only_torch_is(tmp_path):
     wheel = build_wheel(tmp_path)
     python = torch_environment(tmp_path / "venv")

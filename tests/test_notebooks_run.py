@@ -65,6 +65,7 @@ def test_solution_notebook_runs(path, tmp_path, quick_mode):
     run(path, tmp_path)
 
 
+@pytest.mark.long
 def test_notebook_08_decodes_the_model_notebook_07_trained(tmp_path, quick_mode, monkeypatch):
     home = tmp_path / "home"
     home.mkdir()
