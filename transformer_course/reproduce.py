@@ -105,7 +105,7 @@ def choose_on_val(out, config, device, fetch_options, args):
     return chosen, alpha, validation
 
 
-def test_figures(split, evaluation):
+def figures_of(split, evaluation):
     """What results.json keeps of one test set's Evaluation."""
     report = evaluation.report
     return {"split": split, "sentences": report.n_sentences, "sacrebleu": round(report.sacrebleu, 2),
@@ -121,7 +121,7 @@ def held_out(checkpoint_path, config, alpha, device, fetch_options, args):
     except Multi30kError as error:
         print(f"{HELD_OUT}: not scored ({error})", file=sys.stderr)
         return {"split": HELD_OUT, "not_scored": str(error)}
-    return test_figures(HELD_OUT, evaluation)
+    return figures_of(HELD_OUT, evaluation)
 
 
 def main(argv=None):
@@ -151,7 +151,7 @@ def main(argv=None):
     hardware = log["hardware"]
     results = {
         "checkpoint": chosen, "alpha": alpha, "config": config, "validation": validation,
-        "test": test_figures("test_2016_flickr", test), "test_2017": test_2017,
+        "test": figures_of("test_2016_flickr", test), "test_2017": test_2017,
         "training_minutes": round(log["elapsed_seconds"] / 60, 1),
         "total_minutes": round((time.perf_counter() - started) / 60, 1),
         "hardware": hardware.get("gpu") or f"{hardware['cpu_count']}-core CPU ({hardware['cpu']}), "
