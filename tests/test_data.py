@@ -23,6 +23,7 @@ from transformer_course.data import (SHA256SUMS, ChecksumError, DownloadError, M
                                      TokenBatchSampler, TranslationDataset, UnreadableFileError, Vocab, build_vocab,
                                      collate_batch, fetch, load_split, read_sentences, tokenize)
 from transformer_course.training_data import multi30k_dataloaders
+from helpers import add_held_out_stand_in, mirror_of_six
 
 REAL_MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 
@@ -321,16 +322,12 @@ def test_the_real_splits_have_the_published_sizes():
 @needs_real_mirror
 def test_the_data_command_verifies_the_six_files_and_says_whether_it_has_the_held_out_set(tmp_path, capsys,
                                                                                           monkeypatch):
-    for name in SHA256SUMS:
-        if not name.startswith("test_2017"):
-            (tmp_path / name).symlink_to(REAL_MIRROR / name)
+    mirror_of_six(tmp_path, REAL_MIRROR)
     data.main(["--mirror", str(tmp_path)])
     printed = capsys.readouterr().out
     assert "the six files present and verified" in printed
     assert "test_2017_flickr (held out, optional): not had" in printed and "test_2017_flickr.de.gz is missing" in printed
-    for lang in ("de", "en"):    # a stand-in for the held-out pair, with its checksums
-        (tmp_path / f"test_2017_flickr.{lang}.gz").write_bytes(gzip.compress(b"eins\nzwei\n"))
-        monkeypatch.setitem(SHA256SUMS, f"test_2017_flickr.{lang}.gz", data.sha256_of(tmp_path / f"test_2017_flickr.{lang}.gz"))
+    add_held_out_stand_in(tmp_path, [("eins", "one"), ("zwei", "two")], monkeypatch)
     data.main(["--mirror", str(tmp_path)])
     assert "test_2017_flickr (held out) 2 pairs, present and verified" in capsys.readouterr().out
 

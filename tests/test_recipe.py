@@ -12,7 +12,8 @@ from transformer_course.subword import SubwordTokenizer
 from transformer_course.checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, RECIPE_FILE, load_config
 from transformer_course.training_data import load_multi30k
-from transformer_course.data import Vocab
+from transformer_course.data import Vocab, load_split
+from helpers import add_held_out_stand_in, mirror_of_six
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 needs_mirror = pytest.mark.skipif(not MIRROR, reason="needs the Multi30k mirror (../shared/data/multi30k)")
@@ -132,28 +133,6 @@ def test_subword_data_shares_one_vocabulary(tmp_path):
     assert data.subword.to_text(pieces) == " ".join(data.train.tgt_tokens[0]).replace(" ", "").replace("▁", " ").strip()
 
 
-def mirror_of_six(folder):
-    """A mirror of the six files the course trains and tests on, linked into `folder`: no test_2017_flickr."""
-    folder.mkdir()
-    for split in ("train", "val", "test_2016_flickr"):
-        for lang in ("de", "en"):
-            (folder / f"{split}.{lang}.gz").symlink_to(os.path.join(MIRROR, f"{split}.{lang}.gz"))
-    return folder
-
-
-def mirror_with_held_out(folder, monkeypatch):
-    """The six files and a stand-in test_2017_flickr (val's first 12 pairs) whose checksums the package is
-    told: the real files are not in this project's mirror."""
-    import gzip
-    from transformer_course import data
-    mirror_of_six(folder)
-    for lang, sentences in zip(data.LANGS, data.load_split("val", mirror=MIRROR)):
-        path = folder / f"test_2017_flickr.{lang}.gz"
-        path.write_bytes(gzip.compress("".join(s + "\n" for s in sentences[:12]).encode()))
-        monkeypatch.setitem(data.SHA256SUMS, path.name, data.sha256_of(path))
-    return folder
-
-
 @needs_mirror
 def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path, monkeypatch):
     from transformer_course.reproduce import held_out, main, parser
@@ -167,7 +146,9 @@ def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path, m
         "train": {"epochs": 3, "max_tokens": 600, "warmup_steps": 20, "average_last": 2, "schedule": "linear"},
         "evaluate": {"beam_size": 2, "alpha": [0.6, 1.0]}}))
     out = tmp_path / "run"
-    mirror = mirror_with_held_out(tmp_path / "mirror", monkeypatch)
+    mirror = mirror_of_six(tmp_path / "mirror", MIRROR)
+    val_de, val_en = load_split("val", mirror=MIRROR)
+    add_held_out_stand_in(mirror, list(zip(val_de, val_en))[:12], monkeypatch)
     assert main(["--config", str(config), "--out", str(out), "--mirror", str(mirror), "--cache-dir", str(tmp_path),
                  "--limit", "10", "--no-progress", "--no-amp"]) == 0
     results = json.loads((out / "results.json").read_text())
@@ -187,7 +168,7 @@ def test_reproduce_trains_averages_chooses_on_val_and_writes_results(tmp_path, m
     assert "Held out, test_2017_flickr (10 sentences)" in (out / "results.md").read_text()
     # A mirror without the held-out files (as this project's) costs that score only, and says why.
     args = parser().parse_args(["--out", str(out), "--no-progress", "--limit", "10"])
-    six = {"mirror": mirror_of_six(tmp_path / "six")}
+    six = {"mirror": mirror_of_six(tmp_path / "six", MIRROR)}
     missing = held_out(out / "best.pt", load_config(config), 1.0, torch.device("cpu"), six, args)
     assert "test_2017_flickr.de.gz is missing" in missing["not_scored"], missing
 
