@@ -13,7 +13,7 @@ __all__ = ["CONFIGS", "SECTIONS", "RECIPE_FILE", "load_config", "make_config"]
 
 # "quick": a small model on a subset, a few minutes on a laptop CPU (notebook 07 and CI use it).
 # "full": all of Multi30k with the paper's base model sizes but 3 layers a side (6 overfit these 29k pairs),
-# for a GPU (expect a minute or two an epoch on a Colab T4 with mixed precision).
+# for a GPU (measured: 20 epochs in 3.3 minutes on an NVIDIA H200 in bfloat16; the best epoch was the 12th).
 CONFIGS = {
     "quick": {
         "model": {"d_model": 128, "n_heads": 4, "num_encoder_layers": 2, "num_decoder_layers": 2, "d_ff": 256,
