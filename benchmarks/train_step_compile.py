@@ -8,6 +8,7 @@ there); then both copies take the same batches, interleaved, and the figures are
 
     python3 benchmarks/train_step_compile.py                  # about 4 minutes on 2 idle CPU cores
     python3 benchmarks/train_step_compile.py --device cuda
+    python3 benchmarks/train_step_compile.py --amp            # under the mixed precision `train` would choose
 """
 import argparse
 import statistics
@@ -18,6 +19,7 @@ import torch
 from train_step_vs_nn_transformer import random_batch, timed_train_step
 from transformer_course.configs import RECIPE_FILE, load_config
 from transformer_course.cpu import for_cpu_training
+from transformer_course.devices import amp_dtype, autocast
 from transformer_course.model import build_model
 
 LENGTHS = (10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 24, 28)
@@ -33,8 +35,9 @@ def recipe_model(vocab, device):
     return model.to(device).train()
 
 
-def synchronised_step(model, optimizer, src, tgt, device):
-    milliseconds = timed_train_step(model, optimizer, src, tgt, 0)["step"]
+def synchronised_step(model, optimizer, src, tgt, device, dtype):
+    with autocast(device, dtype):      # around the whole step, as in train_step_precision.py
+        milliseconds = timed_train_step(model, optimizer, src, tgt, 0)["step"]
     if device.type == "cuda":
         started = time.perf_counter()
         torch.cuda.synchronize(device)
@@ -48,27 +51,30 @@ def main():
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=2, help="timed passes over the shapes, after the warm-up")
+    parser.add_argument("--amp", action="store_true", help="autocast as `train` would (bfloat16 on a GPU and on a CPU "
+                        "with bfloat16 instructions; float32 elsewhere)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    dtype = amp_dtype(device, args.amp)
     data = torch.Generator().manual_seed(0)
     batches = [tuple(random_batch(data, args.max_tokens // length, length - 4, length, args.vocab, 0).to(device)
                      for _ in "st") for length in LENGTHS]
     models = {"eager": recipe_model(args.vocab, device), "compiled": recipe_model(args.vocab, device)}
     models["compiled"].compile(dynamic=True)
     optimizers = {name: torch.optim.Adam(model.parameters(), lr=1e-4) for name, model in models.items()}
-    print(f"torch {torch.__version__} on {device} ({torch.get_num_threads()} CPU threads); {len(LENGTHS)} batch "
-          f"shapes of about {args.max_tokens} tokens")
+    print(f"torch {torch.__version__} on {device} ({torch.get_num_threads()} CPU threads), "
+          f"{str(dtype or torch.float32).removeprefix('torch.')}; {len(LENGTHS)} batch shapes of about {args.max_tokens} tokens")
 
     warm_up, times = {}, {name: [] for name in models}
     for name in models:
         started = time.perf_counter()
         for src, tgt in batches:
-            synchronised_step(models[name], optimizers[name], src, tgt, device)
+            synchronised_step(models[name], optimizers[name], src, tgt, device, dtype)
         warm_up[name] = time.perf_counter() - started
     for _ in range(args.rounds):
         for src, tgt in batches:
             for name in models:
-                times[name].append(synchronised_step(models[name], optimizers[name], src, tgt, device))
+                times[name].append(synchronised_step(models[name], optimizers[name], src, tgt, device, dtype))
 
     for name in models:
         print(f"{name:>9}: first pass over the shapes {warm_up[name]:6.1f} s, then {statistics.median(times[name]):7.1f} "
