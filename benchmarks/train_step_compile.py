@@ -19,7 +19,7 @@ import torch
 from train_step_vs_nn_transformer import random_batch, timed_train_step
 from transformer_course.configs import RECIPE_FILE, load_config
 from transformer_course.cpu import for_cpu_training
-from transformer_course.devices import amp_dtype, autocast
+from transformer_course.devices import amp_dtype, autocast, precision_note
 from transformer_course.model import build_model
 
 LENGTHS = (10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 24, 28)
@@ -62,8 +62,8 @@ def main():
     models = {"eager": recipe_model(args.vocab, device), "compiled": recipe_model(args.vocab, device)}
     models["compiled"].compile(dynamic=True)
     optimizers = {name: torch.optim.Adam(model.parameters(), lr=1e-4) for name, model in models.items()}
-    print(f"torch {torch.__version__} on {device} ({torch.get_num_threads()} CPU threads), "
-          f"{str(dtype or torch.float32).removeprefix('torch.')}; {len(LENGTHS)} batch shapes of about {args.max_tokens} tokens")
+    print(f"torch {torch.__version__} on {device} ({torch.get_num_threads()} CPU threads); {len(LENGTHS)} batch "
+          f"shapes of about {args.max_tokens} tokens; {precision_note(device, dtype, args.amp)}")
 
     warm_up, times = {}, {name: [] for name in models}
     for name in models:

@@ -18,7 +18,7 @@ def mirror_of_six(folder, mirror):
     """`folder`, made a Multi30k mirror of the six files the course trains and tests on, linked from `mirror`:
     no test_2017_flickr."""
     folder.mkdir(exist_ok=True)
-    for split in ("train", "val", "test_2016_flickr"):
+    for split in data.COURSE_SPLITS:
         for lang in data.LANGS:
             (folder / f"{split}.{lang}.gz").symlink_to(os.path.join(mirror, f"{split}.{lang}.gz"))
     return folder

@@ -307,7 +307,7 @@ needs_real_mirror = pytest.mark.skipif(
 def test_the_mirror_checksums_are_the_packages():
     listed = dict(reversed(line.split()) for line in (REAL_MIRROR / "SHA256SUMS").read_text().splitlines())
     assert listed == {name: SHA256SUMS[name] for name in listed}, "a mirror file with another checksum"
-    trained_on = {f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("de", "en")}
+    trained_on = {f"{split}.{lang}.gz" for split in data.COURSE_SPLITS for lang in data.LANGS}
     assert trained_on <= set(listed), "the mirror lacks a file the course trains or tests on"
     assert set(SHA256SUMS) - set(listed) <= {"test_2017_flickr.de.gz", "test_2017_flickr.en.gz"}
 

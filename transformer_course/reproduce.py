@@ -21,16 +21,13 @@ from pathlib import Path
 
 import torch
 
-from .data import Multi30kError
+from .data import HELD_OUT, Multi30kError
 from .evaluate import evaluate
 from .train import add_run_options
 from .checkpoints import load_checkpoint
 from .configs import RECIPE_FILE, load_config
 from .devices import choose_device
 from .training_run import train
-
-
-HELD_OUT = "test_2017_flickr"     # scored last, with the model and length penalty chosen on val
 
 
 def parser():
