@@ -46,7 +46,8 @@ from traitlets import Unicode
 
 from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
                        without_notebooks)
-from .nbgrader_course import nbgrader_api, nbgrader_config, nbgrader_output, nbgrader_reason, open_gradebook
+from .nbgrader_course import (nbgrader_api, nbgrader_config, nbgrader_output, nbgrader_reason, one_engine_per_database,
+                              open_gradebook)
 from .repair import RepairError, repair_file
 from .sandbox import Limits, sandbox_available
 
@@ -389,8 +390,10 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
         log(f"grading {len(todo)} submissions of {assignment} on {pool.description} "
             f"({'sandboxed' if sandbox else 'NOT sandboxed'})")
         try:
-            batch = _Batch(course, assignment, release, todo, log)
-            reports = _grade_students(batch, pool, todo, limits or Limits(), sandbox, {"COURSE_SMOKE": "1", **(env or {})})
+            with one_engine_per_database():
+                batch = _Batch(course, assignment, release, todo, log)
+                reports = _grade_students(batch, pool, todo, limits or Limits(), sandbox,
+                                          {"COURSE_SMOKE": "1", **(env or {})})
         finally:
             pool.close()
         nbgrader_seconds = batch.nbgrader_seconds

@@ -4,6 +4,7 @@ nbgrader is imported inside the functions: the course's other commands do not pa
 """
 import re
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -49,6 +50,35 @@ def open_gradebook(course):
 
     coursedir = CourseDirectory(config=nbgrader_config(Path(course).resolve()))
     return Gradebook(coursedir.db_url, coursedir.course_id)
+
+
+@contextmanager
+def one_engine_per_database():
+    """While it lasts, every gradebook nbgrader opens in this process shares one SQLAlchemy engine per database.
+
+    nbgrader's Gradebook makes a new engine each time it is opened, about seven times in each `autograde` call,
+    and SQLAlchemy keeps its compiled statements per engine, so every call compiled its queries again.
+    SQLAlchemy's own advice ("Engine Configuration"): create_engine once per database URL, held for the
+    lifetime of the process. A gradebook that is closed still disposes of its connections; the next one opens
+    new ones on the same engine. nbgrader looks `create_engine` up in its module when it opens a gradebook; if
+    a later nbgrader stops doing so, this changes nothing and grading is only slower."""
+    import nbgrader.api
+
+    make_engine, engines = nbgrader.api.create_engine, {}
+
+    def shared_engine(url, **options):
+        key = (str(url), tuple(sorted(options.items())))
+        if key not in engines:
+            engines[key] = make_engine(url, **options)
+        return engines[key]
+
+    nbgrader.api.create_engine = shared_engine
+    try:
+        yield
+    finally:
+        nbgrader.api.create_engine = make_engine
+        for engine in engines.values():
+            engine.dispose()
 
 
 def nbgrader_output(result):
