@@ -68,6 +68,17 @@ def full_marks(course, assignment, students):
     return True
 
 
+def cells_that_raised(course, assignment, students):
+    """The ids of the cells that raised in the graded notebooks. The solutions raise nowhere; where they do (no
+    Multi30k mirror and no network, say), the timings are not those of a real run, even with full marks."""
+    raised = set()
+    for student in students:
+        graded = nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb", as_version=4)
+        raised |= {cell.get("id") for cell in graded.cells if cell.cell_type == "code"
+                   and any(output.output_type == "error" for output in cell.outputs)}
+    return sorted(raised)
+
+
 def command(mode, assignment, workers, scheduler):
     if mode == "nbgrader":
         return [sys.executable, "-m", "nbgrader", "autograde", assignment, "--log-level=ERROR"]
@@ -99,6 +110,10 @@ def grade_everything(args, scratch, students, env, scheduler):
             seconds, steps = timed(command(mode, assignment, args.workers, scheduler), course, env)
             if not full_marks(course, assignment, students):
                 sys.exit(f"{mode} grading of {assignment} did not give the solutions full marks")
+            raised = cells_that_raised(course, assignment, students)
+            if raised:
+                sys.exit(f"{mode} grading of {assignment}: the solutions raised in cells {raised} (is the data "
+                         f"reachable? set MULTI30K_MIRROR without a network), so these timings mean nothing")
             shutil.rmtree(course)
             totals[mode][0] += seconds
             totals[mode][1] += steps
