@@ -159,6 +159,22 @@ def _nbgrader_step(course, **overrides):
     return run
 
 
+def nbgrader_steps(course, stage):
+    """(sanitize, record): nbgrader's two steps as the grader runs them, each a function (assignment, student)
+    -> "" or nbgrader's error. `stage`: the staging folders {"repaired", "sanitized", "executed"}."""
+    relative = {name: os.path.relpath(path, course) for name, path in stage.items()}
+    sanitize = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["repaired"],
+                                         "CourseDirectory.autograded_directory": relative["sanitized"],
+                                         "Autograde.autograde_preprocessors": []})
+    # Recording reads the sanitized copy, which this grader wrote: sanitizing it again would change nothing
+    # (each sanitizing step gives its own output back unchanged) and took 40 % of the record step's time.
+    record = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["sanitized"],
+                                       "Autograde.sanitize_preprocessors": [],
+                                       "Autograde.autograde_preprocessors": _recording_preprocessors(),
+                                       "ReplayExecution.executed_directory": str(stage["executed"])})
+    return sanitize, record
+
+
 class _Batch:
     """The submissions of one run: each repaired and sanitized here, executed by a pool's worker, and
     recorded here (the gradebook stays on this machine) as soon as its result is back."""
@@ -171,16 +187,7 @@ class _Batch:
         self.releases = {notebook: (release / f"{notebook}.ipynb").read_bytes() for notebook in notebooks}
         self.reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
         self.fingerprints = {}    # student -> digest of the submission as it was read: what a done mark is of
-        relative = {name: os.path.relpath(path, course) for name, path in self.stage.items()}
-        self.sanitize = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["repaired"],
-                                                  "CourseDirectory.autograded_directory": relative["sanitized"],
-                                                  "Autograde.autograde_preprocessors": []})
-        # Recording reads the sanitized copy, which this grader wrote: sanitizing it again would change nothing
-        # (each sanitizing step gives its own output back unchanged) and took 40 % of the record step's time.
-        self.record_step = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["sanitized"],
-                                                     "Autograde.sanitize_preprocessors": [],
-                                                     "Autograde.autograde_preprocessors": _recording_preprocessors(),
-                                                     "ReplayExecution.executed_directory": str(self.stage["executed"])})
+        self.sanitize, self.record_step = nbgrader_steps(course, self.stage)
 
     def prepare(self, student):
         """Repair and sanitize one submission: (notebooks, files) for a worker, or None if it cannot be graded
@@ -434,10 +441,14 @@ def report_assignment(course, assignment, log=print):
     return reports
 
 
+def stages(staging):
+    """The staging folders of an assignment's grading: {"repaired", "sanitized", "executed"}."""
+    return {name: staging / name for name in ("repaired", "sanitized", "executed")}
+
+
 def _clear_stages(staging, students):
-    """The staging folders {"repaired", "sanitized", "executed"}, emptied of `students`' files only (and
-    their marks of a finished grading)."""
-    stage = {name: staging / name for name in ("repaired", "sanitized", "executed")}
+    """stages(staging), emptied of `students`' files only (and their marks of a finished grading)."""
+    stage = stages(staging)
     for student in students:
         for folder in stage.values():
             shutil.rmtree(folder / student, ignore_errors=True)

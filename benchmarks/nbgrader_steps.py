@@ -1,0 +1,77 @@
+"""Seconds per submission of nbgrader's sanitize and record steps, the part of grading that stays on the
+instructor's machine, with one SQLAlchemy engine per gradebook opened (nbgrader as it is) and with one engine
+shared while grading (autograder.nbgrader_course.one_engine_per_database).
+
+    python benchmarks/nbgrader_steps.py --students 10 --rounds 3
+    python benchmarks/nbgrader_steps.py --students 4 --assignments 01_positional_encoding 06_transformer
+
+Builds a course of the reference solutions (grade_course.py's), grades it once with `python -m autograder
+grade`, so that every submission has its repaired, sanitized and executed copies, then runs the two steps
+again for every submission of every assignment, exactly as the grader calls them, both ways in turn (the order
+alternating from round to round), in this process and on no worker: nothing else runs meanwhile. Prints each
+round and the medians.
+"""
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from autograder import grade  # noqa: E402
+from autograder.nbgrader_course import one_engine_per_database  # noqa: E402
+from grade_course import build_course  # noqa: E402
+
+
+def seconds_per_submission(course, assignments, students, shared):
+    """Both steps for every submission, in nbgrader's time only (as the grader counts it)."""
+    spent = 0.0
+    with one_engine_per_database() if shared else contextlib.nullcontext():
+        for assignment in assignments:
+            sanitize, record = grade.nbgrader_steps(course, grade.stages(course / grade.STAGING / assignment))
+            for student in students:
+                for step in (sanitize, record):
+                    error = step(assignment, student)
+                    if error:
+                        sys.exit(f"nbgrader failed on {student}'s {assignment}: {error}")
+            spent += sanitize.seconds + record.seconds
+    return spent / (len(assignments) * len(students))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--students", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--assignments", nargs="*",
+                        default=sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir()))
+    args = parser.parse_args()
+    students = [f"student{i + 1}" for i in range(args.students)]
+    env = dict(os.environ, COURSE_SMOKE="1", MPLBACKEND="Agg")
+    with tempfile.TemporaryDirectory(prefix="nbgrader-steps-") as folder:
+        course = Path(folder)
+        build_course(course, args.assignments, students)
+        for assignment in args.assignments:
+            subprocess.run([sys.executable, "-m", "autograder", "grade", assignment], cwd=course, env=env,
+                           check=True, capture_output=True)
+        os.chdir(course)   # nbgrader's paths are relative to the course directory
+        print(f"{len(students)} students x {len(args.assignments)} notebooks; load average before: "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        seconds_per_submission(course, args.assignments, students, shared=False)     # imports, disk caches
+        measured = {False: [], True: []}
+        for round_ in range(args.rounds):
+            for shared in (False, True) if round_ % 2 == 0 else (True, False):
+                measured[shared].append(seconds_per_submission(course, args.assignments, students, shared))
+                print(f"round {round_ + 1}, {'one engine shared' if shared else 'an engine per gradebook'}: "
+                      f"{measured[shared][-1]:.3f} s per submission", flush=True)
+    for shared, values in measured.items():
+        print(f"{'one engine shared' if shared else 'an engine per gradebook'}: median "
+              f"{statistics.median(values):.3f} s per submission ({min(values):.3f}-{max(values):.3f})")
+
+
+if __name__ == "__main__":
+    main()
