@@ -58,7 +58,6 @@ def main():
         for assignment in args.assignments:
             subprocess.run([sys.executable, "-m", "autograder", "grade", assignment], cwd=course, env=env,
                            check=True, capture_output=True)
-        os.chdir(course)   # nbgrader's paths are relative to the course directory
         print(f"{len(students)} students x {len(args.assignments)} notebooks; load average before: "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         seconds_per_submission(course, args.assignments, students, shared=False)     # imports, disk caches

@@ -28,6 +28,6 @@ def add_held_out_stand_in(folder, pairs, monkeypatch):
     """A stand-in test_2017_flickr in the mirror `folder`: the (german, english) `pairs`, with checksums the
     package is told for the test's duration (the real files are not in this project's mirror)."""
     for lang, sentences in zip(data.LANGS, zip(*pairs)):
-        path = folder / f"test_2017_flickr.{lang}.gz"
+        path = folder / f"{data.HELD_OUT}.{lang}.gz"
         path.write_bytes(gzip.compress("".join(s + "\n" for s in sentences).encode()))
         monkeypatch.setitem(data.SHA256SUMS, path.name, data.sha256_of(path))
