@@ -1,6 +1,6 @@
 """`python -m transformer_course.reproduce`: the course's best Multi30k German→English result, from scratch.
 
-    python -m transformer_course.reproduce --out runs/recipe                  # about an hour on a 2-core CPU
+    python -m transformer_course.reproduce --out runs/recipe                  # 30-45 min of training on 2 CPU cores
     python -m transformer_course.reproduce --out runs/recipe --resume         # go on after an interruption
     python -m transformer_course.reproduce --config my.json --out runs/mine   # another configuration file
 
