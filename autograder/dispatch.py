@@ -142,7 +142,8 @@ def execute_submission(notebooks, files, releases, limits, env, sandbox):
             # The course's notebooks are assignments of their own name: each sees the package without its answers,
             # and without the oracles once every test cell of it is judged in the grader (judging.py).
             package = stripped_package(name, keep_oracles=not all_judged(notebook)) if sandbox else None
-            executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox, package=package)
+            executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox, package=package,
+                                                  preload=KERNEL_FIRST_USE_IMPORTS.get(name, ()))
             refuse_flagged(executed, nbformat.reads(releases[name].decode("utf-8"), as_version=4))
             results[name] = {"notebook": nbformat.writes(executed).encode("utf-8"),
                              "problems": [asdict(p) for p in problems],
@@ -171,6 +172,14 @@ PRELOADED = ["autograder.dispatch", "torch", "torch.fx.experimental.symbolic_sha
 # one of these assignments is graded. A missing entry costs each worker that time, nothing else (tests/test_grader.py
 # checks the table against the oracles the notebooks import).
 FIRST_USE_IMPORTS = {"07_training": ["torch._dynamo"], "08_decoding_bleu": ["sacrebleu"], "09_gpt": ["torch._dynamo"]}
+# What the kernels of some assignments import on first use and is slow to import, by assignment: torch._dynamo
+# (1.1-1.5 s), on an optimizer's first step (07-09) and on a first operation on the 'meta' device (03's device tests),
+# and spaCy (0.6 s), when the data cells first tokenise (07, 09). The kernel server imports these before it forks a
+# kernel of such an assignment, as it imports torch and the rest for every kernel (kernel_server.PRELOADED): 2-3 s
+# less per submission of 07 and 09. A missing entry costs each kernel that time, nothing else
+# (tests/test_autograde.py checks the table against what the solution notebooks import).
+KERNEL_FIRST_USE_IMPORTS = {"03_masking": ["torch._dynamo"], "07_training": ["torch._dynamo", "spacy"],
+                            "08_decoding_bleu": ["torch._dynamo"], "09_gpt": ["torch._dynamo", "spacy"]}
 
 
 def preloaded(assignment=None):

@@ -275,9 +275,10 @@ def _error(ename, evalue):
 class _Runner:
     """Runs a notebook's code cells one by one, replacing the kernel whenever a cell breaks it."""
 
-    def __init__(self, workdir, limits, env, sandbox, package=None, fork=True):
+    def __init__(self, workdir, limits, env, sandbox, package=None, fork=True, preload=()):
         self.workdir, self.limits, self.env, self.sandbox, self.fork = workdir, limits, env, sandbox, fork
         self.package = package   # the course package's copy the sandbox shows (stripped.py), or None
+        self.preload = tuple(preload)   # what the kernel server imports besides its own list
         self.deadline = time.monotonic() + limits.total_timeout
         self.kernel = None
         self.completed = []   # sources of the cells that ran without error: re-run after a restart
@@ -390,7 +391,7 @@ class _Runner:
         if self.sandbox and self.fork:
             server = None
             try:
-                server = server_for(self.limits, self.env, self.package, max(self.time_left(), 1))
+                server = server_for(self.limits, self.env, self.package, max(self.time_left(), 1), self.preload)
                 return _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package, server)
             except KernelStartError as error:
                 if error.submission_at_fault or self.time_left() <= 0:
@@ -442,18 +443,19 @@ class _Runner:
             self.kernel = None
 
 
-def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None, fork=True):
+def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None, fork=True, preload=()):
     """Run every code cell of ``nb`` (nbformat v4, in memory) in a fresh kernel with ``workdir`` as its
     folder and home, sandboxed unless ``sandbox`` is false, within ``limits`` (sandbox.Limits), with
     ``env`` added to the kernel's environment, and in the sandbox ``package`` (a folder) in place of the course
-    package; sandboxed kernels are forked from the kernel server (kernel_server.py) unless ``fork`` is false.
+    package; sandboxed kernels are forked from the kernel server (kernel_server.py) unless ``fork`` is false,
+    with the modules of ``preload`` imported there before the fork.
     Returns (a copy of nb with outputs and execution counts, the list of Problem records of the cells that
     broke)."""
     executed = copy.deepcopy(nb)
     # COURSE_GRADING: the notebook's own check (check.py) does not start a check of its own from here.
     # COURSE_JUDGE_OUTSIDE: judged test cells send their probe data here instead of judging in the kernel.
     runner = _Runner(os.path.abspath(workdir), limits,
-                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package, fork)
+                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package, fork, preload)
     if sandbox:
         hand_over(workdir)
     try:

@@ -63,7 +63,8 @@ class Watch:
 
 def _dynamo_wrapping(torch):
     # torch._dynamo, imported when an optimizer is created, replaces torch.manual_seed by
-    # torch._disable_dynamo(torch.manual_seed) (importing it before the capture costs 1.3 s per kernel):
+    # torch._disable_dynamo(torch.manual_seed) (before the capture when the kernel server imported it ahead,
+    # dispatch.KERNEL_FIRST_USE_IMPORTS; after it in the other kernels):
     # a value is still the original if it is that wrapper of it, which behaves exactly as it does.
     wrapper, type_ = torch._disable_dynamo(lambda: None), type
     code, namespace, fn = wrapper.__code__, wrapper.__globals__, wrapper.__code__.co_freevars.index("fn")

@@ -54,13 +54,14 @@ class ForkServerError(RuntimeError):
 class KernelServer:
     """A zygote in the sandbox, and the kernels forked from it."""
 
-    def __init__(self, limits, env, package, timeout):
+    def __init__(self, limits, env, package, timeout, preload=()):
+        """``preload``: modules the zygote imports besides PRELOADED (what one assignment's cells import on first use)."""
         self.base = tempfile.mkdtemp(prefix="kernels-")
         self.ids, self.lock, self.pending = itertools.count(), threading.Lock(), b""
         # What the zygote said, kept for every thread: whether it is ready, the kernels it started and their exits.
         self.ready, self.started, self.exited = False, set(), {}
         hand_over(self.base)
-        command = [sys.executable, "-I", "-c", ZYGOTE_SOURCE, self.base, *PRELOADED]
+        command = [sys.executable, "-I", "-c", ZYGOTE_SOURCE, self.base, *PRELOADED, *preload]
         zygote_limits = dataclasses.replace(limits, processes=ZYGOTE_TASKS)
         self.log = open(os.path.join(self.base, "zygote.log"), "w+b")
         self.process = subprocess.Popen(sandbox_command(command, self.base, self.base, zygote_limits, package),
@@ -198,15 +199,16 @@ def _forget_in_child():
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def server_for(limits, env, package, timeout):
-    """This process's zygote for kernels that see ``package`` with ``env``, under ``limits``' memory; started on
-    first use (raises ForkServerError when it cannot be)."""
+def server_for(limits, env, package, timeout, preload=()):
+    """This process's zygote for kernels that see ``package`` with ``env``, under ``limits``' memory, with ``preload``
+    imported too; started on first use (raises ForkServerError when it cannot be)."""
     # What the sandbox shows (sandbox_command) also depends on the data mirror, if there is one.
-    key = (str(package), tuple(sorted((env or {}).items())), limits.memory_mb, os.environ.get("MULTI30K_MIRROR"))
+    key = (str(package), tuple(sorted((env or {}).items())), limits.memory_mb, os.environ.get("MULTI30K_MIRROR"),
+           tuple(preload))
     with _lock:
         server = _servers.pop(key, None)
         if server is None or not server.alive:
-            server = KernelServer(limits, env, package, timeout)
+            server = KernelServer(limits, env, package, timeout, preload)
             # At this process's exit its folder goes too (the zygote dies with the process anyway). atexit's
             # handlers do not run in multiprocessing's worker processes; its finalizers registered there do.
             multiprocessing.util.Finalize(server, server.close, exitpriority=0)

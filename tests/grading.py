@@ -7,6 +7,7 @@ in one kernel, for the wide suites of realistic answers.
 """
 import contextlib
 import copy
+import json
 import os
 import runpy
 import shutil
@@ -255,6 +256,7 @@ class KernelReplay:
         self.reference = self._scores(range(self.end))
         failed = {g: e for g, e in self._errors(range(self.end)).items() if e}
         assert not failed, f"the solution notebook fails its own tests in one kernel: {failed}"
+        self.imported = set(json.loads(self._run_hidden("print(__import__('json').dumps(sorted(__import__('sys').modules)))")))
         self._run_hidden("__replay_names__ = set(globals()) | {\"__replay_names__\", \"__name\", \"__plt\"}")
         return self
 
@@ -292,11 +294,13 @@ class KernelReplay:
             cell.source = original
 
     def _run_hidden(self, source):
+        """Run the replay's own code; what it printed."""
         cell = self.notebook.cells[-1]
         cell.source = textwrap.dedent(source)
         self.client.execute_cell(cell, len(self.cells))
         errors = [o for o in cell.outputs if o.output_type == "error"]
         assert not errors, f"the replay's own code failed: {errors}"
+        return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
     def _graded_cells(self, indices=None):
         """(index, grade_id, points, cell) of the autograded test cells among `indices` (default: all)."""

@@ -13,6 +13,7 @@ would take most of CI's time.
 import nbformat
 import pytest
 
+from autograder.dispatch import KERNEL_FIRST_USE_IMPORTS
 from grading import (SOLUTIONS, SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, finished_answers, grade_cells_of,
                      load_suite, nbgrader_cells, pack, with_answers)
 
@@ -45,6 +46,7 @@ def cases():
 
 
 _graded = {}
+_imported = {}   # assignment -> the modules its solution notebook's kernel had imported by its last test cell
 
 
 def whole_release_answers(course):
@@ -70,6 +72,7 @@ def graded_assignment(assignment, tmp_path_factory):
         placement = {}
         with KernelReplay(course.solution, tmp_path_factory.mktemp(f"{assignment}-replay")) as replay:
             scores["replayed solution"] = replay.reference
+            _imported[assignment] = replay.imported
             for student, answers in whole_release_answers(course).items():
                 scores[student], feedback[student] = replay.grade(answers)
             for kind, answers in suites(assignment).items():
@@ -104,6 +107,20 @@ def test_the_replay_scores_the_solution_as_nbgrader_did(assignment, tmp_path_fac
     _, scores, _, _ = graded_assignment(assignment, tmp_path_factory)
     assert scores["replayed solution"] == scores["solution"], \
         f"the replay and nbgrader disagree on the solution: {scores['replayed solution']} against {scores['solution']}"
+
+
+# Slow to import, and imported by some notebooks only: the grader's kernel server imports them ahead of the kernels of
+# those notebooks (autograder.dispatch.KERNEL_FIRST_USE_IMPORTS).
+SLOW_IMPORTS = ("torch._dynamo", "spacy")
+
+
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])
+def test_the_kernel_server_imports_ahead_what_the_notebook_imports_slowly(assignment, tmp_path_factory):
+    graded_assignment(assignment, tmp_path_factory)
+    imported = {m for m in SLOW_IMPORTS if m in _imported[assignment]}
+    ahead = set(KERNEL_FIRST_USE_IMPORTS.get(assignment, []))
+    assert ahead == imported, (f"{assignment}'s kernels import {sorted(imported)} of {SLOW_IMPORTS} on first use, "
+                               f"the kernel server imports {sorted(ahead)} ahead: update KERNEL_FIRST_USE_IMPORTS")
 
 
 @pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.xdist_group(a)) for a in ASSIGNMENTS])

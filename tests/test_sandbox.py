@@ -24,12 +24,12 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 LIMITS = Limits(cell_timeout=5, total_timeout=90, memory_mb=3072, processes=64, output_bytes=20_000)
 
 
-def run(tmp_path, *cells, limits=LIMITS, fork=True, env=None):
+def run(tmp_path, *cells, limits=LIMITS, fork=True, env=None, preload=()):
     """Execute code cells (str) or ready-made cells in a fresh workdir: (executed notebook, problems)."""
     workdir = tmp_path / "workdir"
     workdir.mkdir(exist_ok=True)
     nb = new_notebook(cells=[new_code_cell(c) if isinstance(c, str) else c for c in cells])
-    return execute_notebook(nb, workdir, limits, env={"COURSE_SMOKE": "1", **(env or {})}, fork=fork)
+    return execute_notebook(nb, workdir, limits, env={"COURSE_SMOKE": "1", **(env or {})}, fork=fork, preload=preload)
 
 
 def text(cell):
@@ -360,6 +360,17 @@ def test_a_kernel_server_that_died_between_notebooks_is_replaced(tmp_path):
     assert text(executed.cells[0]) == "True\n" and problems == []
     [replacement] = [s for key, s in kernel_server._servers.items() if ("TEST_ZYGOTE", "killed") in key[1]]
     assert replacement is not server and replacement.alive
+
+
+def test_a_kernel_server_imports_ahead_what_it_is_asked_to(tmp_path):
+    """A notebook's slow first imports (dispatch.KERNEL_FIRST_USE_IMPORTS) are made in its kernel server, before the
+    fork: its kernels start with them imported; the kernels of another server do not."""
+    looks = "import sys\nprint('wave' in sys.modules)"
+    (tmp_path / "ahead").mkdir()
+    ahead, problems = run(tmp_path / "ahead", looks, preload=("wave",))
+    assert text(ahead.cells[0]) == "True\n" and problems == [], errors(ahead.cells[0])
+    plain, _ = run(tmp_path, looks)
+    assert text(plain.cells[0]) == "False\n", "a kernel of another server had the module imported"
 
 
 def test_a_forked_kernel_sees_what_the_sandbox_bound_under_tmp(tmp_path, monkeypatch):
