@@ -5,6 +5,7 @@ release (filled with the solutions, untouched, or with chosen answers), run ``nb
 read the scores back from the gradebook. ``KernelReplay`` scores many more answers with nbgrader's rule
 in one kernel, for the wide suites of realistic answers.
 """
+import ast
 import contextlib
 import copy
 import json
@@ -14,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import symtable
 import sys
 import textwrap
 import uuid
@@ -220,6 +222,29 @@ class ScratchCourse:
         return result
 
 
+def _global_names(source):
+    """(the global names a cell binds, the global names it reads, in its functions too), or None where that cannot be
+    told: a cell that is not plain Python (IPython's magics, a shell command) or that imports *."""
+    try:
+        if any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in ast.walk(ast.parse(source))):
+            return None
+        table = symtable.symtable(source, "<cell>", "exec")
+    except SyntaxError:
+        return None
+    binds = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    reads = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    scopes = list(table.get_children())
+    while scopes:
+        scope = scopes.pop()
+        scopes.extend(scope.get_children())
+        for symbol in scope.get_symbols():
+            if symbol.is_global() and symbol.is_referenced():
+                reads.add(symbol.get_name())
+            if symbol.is_declared_global() and symbol.is_assigned():
+                binds.add(symbol.get_name())
+    return binds, reads
+
+
 class KernelReplay:
     """Scores submissions of one assignment the way nbgrader does (an autograded test cell earns its points
     when it raises nothing), many in one kernel instead of a fresh kernel and fresh imports for each.
@@ -231,7 +256,11 @@ class KernelReplay:
     the solution run's scores. Names left behind by the previous submission, and the names it answers, are
     deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
     cells it ran with other answers are re-run: each submission starts from the solution run's state.
-    The replay stops at the last test cell: the demonstrations after it cannot change a score.
+    The replay stops at the last test cell: the demonstrations after it cannot change a score. A demonstration
+    before it is not re-run either when it binds no name that a later answer or test cell reads (in its functions
+    too), directly or through another demonstration that is re-run: it keeps the solution run's results. In these
+    notebooks such cells draw and print; a test that needs one through something else (a file it writes) needs
+    it to be a cell of nbgrader's (locked), which is always re-run.
 
         with KernelReplay(solution_notebook, workdir) as replay:
             scores, errors = replay.grade({"attention": "def attention(q, k, v): ..."})
@@ -247,6 +276,23 @@ class KernelReplay:
                           if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
         self.end = 1 + max(index for index, *_ in self._graded_cells())
         self.dirty = self.end            # cells from here on last ran with somebody else's answers
+        self.replayed = self._cells_that_matter()
+
+    def _cells_that_matter(self):
+        """The indices of the cells a submission re-runs: nbgrader's cells (set-up, answers, tests), and the
+        demonstrations that bind a name one of those, or a demonstration kept for them, reads later."""
+        kept, read = set(), set()
+        for index in reversed(range(self.end)):
+            cell = self.cells[index]
+            if cell.cell_type != "code":
+                continue
+            names = _global_names(cell.source)
+            if names is None:    # what it reads is not known: every cell before it is re-run
+                return kept | set(range(index + 1))
+            if "nbgrader" in cell.metadata or names[0] & read:
+                kept.add(index)
+                read |= names[1]
+        return kept
 
     def __enter__(self):
         self._kernel = self.client.setup_kernel(env=GRADING_ENV)
@@ -277,7 +323,7 @@ class KernelReplay:
             __plt.close("all")
         """)
         self._run(self.setup, self.cells[self.setup].source)
-        for index in range(start, self.end):
+        for index in sorted(self.replayed & set(range(start, self.end))):
             self._run(index, positions.get(index, self.cells[index].source))
         self.dirty = first
         ran = range(start, self.end)
