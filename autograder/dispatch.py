@@ -171,7 +171,8 @@ PRELOADED = ["autograder.dispatch", "torch", "torch.fx.experimental.symbolic_sha
 # first step imports (07, 09), and sacreBLEU (0.5 s), the BLEU oracle's (08). The fork server imports them too when
 # one of these assignments is graded. A missing entry costs each worker that time, nothing else (tests/test_grader.py
 # checks the table against the oracles the notebooks import).
-FIRST_USE_IMPORTS = {"07_training": ["torch._dynamo"], "08_decoding_bleu": ["sacrebleu"], "09_gpt": ["torch._dynamo"]}
+JUDGES_FIRST_USE_IMPORTS = {"07_training": ["torch._dynamo"], "08_decoding_bleu": ["sacrebleu"],
+                            "09_gpt": ["torch._dynamo"]}
 # What the kernels of some assignments import on first use and is slow to import, by assignment: torch._dynamo
 # (1.1-1.5 s), on an optimizer's first step (07-09) and on a first operation on the 'meta' device (03's device tests),
 # and spaCy (0.6 s), when the data cells first tokenise (07, 09). The kernel server imports these before it forks a
@@ -184,7 +185,7 @@ KERNEL_FIRST_USE_IMPORTS = {"03_masking": ["torch._dynamo"], "07_training": ["to
 
 def preloaded(assignment=None):
     """The modules the fork server imports for grading ``assignment``."""
-    return PRELOADED + FIRST_USE_IMPORTS.get(assignment, [])
+    return PRELOADED + JUDGES_FIRST_USE_IMPORTS.get(assignment, [])
 
 
 class LocalPool:

@@ -21,6 +21,7 @@ import textwrap
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import nbformat
 from nbclient import NotebookClient
@@ -222,27 +223,49 @@ class ScratchCourse:
         return result
 
 
-def _global_names(source):
-    """(the global names a cell binds, the global names it reads, in its functions too), or None where that cannot be
-    told: a cell that is not plain Python (IPython's magics, a shell command) or that imports *."""
+class CellNames(NamedTuple):
+    binds: set     # global names it assigns, defines or imports
+    reads: set     # global names it reads, in its functions too
+    changes: set   # global names whose object it may change: x.a = ..., x[i] = ..., x.method(...)
+    imports: set   # the names it binds by importing
+
+
+def cell_names(source):
+    """The global names a cell binds, reads and changes (CellNames), or None where that cannot be told: a cell that
+    is not plain Python (IPython's magics, a shell command) or that imports *."""
     try:
-        if any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in ast.walk(ast.parse(source))):
-            return None
+        nodes = list(ast.walk(ast.parse(source)))
         table = symtable.symtable(source, "<cell>", "exec")
     except SyntaxError:
         return None
-    binds = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
-    reads = {s.get_name() for s in table.get_symbols() if s.is_referenced()}
+    if any(isinstance(n, ast.ImportFrom) and n.names[0].name == "*" for n in nodes):
+        return None
+    top = table.get_symbols()
+    names = CellNames(binds={s.get_name() for s in top if s.is_assigned() or s.is_imported() or s.is_namespace()},
+                      reads={s.get_name() for s in top if s.is_referenced()},
+                      changes={_object_of(n) for n in nodes if _object_of(n)},
+                      imports={s.get_name() for s in top if s.is_imported()})
     scopes = list(table.get_children())
     while scopes:
         scope = scopes.pop()
         scopes.extend(scope.get_children())
         for symbol in scope.get_symbols():
             if symbol.is_global() and symbol.is_referenced():
-                reads.add(symbol.get_name())
+                names.reads.add(symbol.get_name())
             if symbol.is_declared_global() and symbol.is_assigned():
-                binds.add(symbol.get_name())
-    return binds, reads
+                names.binds.add(symbol.get_name())
+    return names
+
+
+def _object_of(node):
+    """The name whose object ``node`` may change (x in x.a = ..., x[i] = ..., del x[i], x.method(...)), or None."""
+    if isinstance(node, ast.Attribute | ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+        target = node.value
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        target = node.func.value
+    else:
+        return None
+    return target.id if isinstance(target, ast.Name) else None
 
 
 class KernelReplay:
@@ -257,10 +280,10 @@ class KernelReplay:
     deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
     cells it ran with other answers are re-run: each submission starts from the solution run's state.
     The replay stops at the last test cell: the demonstrations after it cannot change a score. A demonstration
-    before it is not re-run either when it binds no name that a later answer or test cell reads (in its functions
-    too), directly or through another demonstration that is re-run: it keeps the solution run's results. In these
-    notebooks such cells draw and print; a test that needs one through something else (a file it writes) needs
-    it to be a cell of nbgrader's (locked), which is always re-run.
+    before it is not re-run either when it neither binds nor changes (x.a = ..., x.method(...)) a name that a later
+    answer or test cell reads (in its functions too), directly or through another demonstration that is re-run: it
+    keeps the solution run's results. In these notebooks such cells draw and print; a test that needs one through
+    something else (a file it writes) needs it to be a cell of nbgrader's (locked), which is always re-run.
 
         with KernelReplay(solution_notebook, workdir) as replay:
             scores, errors = replay.grade({"attention": "def attention(q, k, v): ..."})
@@ -280,18 +303,18 @@ class KernelReplay:
 
     def _cells_that_matter(self):
         """The indices of the cells a submission re-runs: nbgrader's cells (set-up, answers, tests), and the
-        demonstrations that bind a name one of those, or a demonstration kept for them, reads later."""
+        demonstrations that bind or change a name one of those, or a demonstration kept for them, reads later.
+        A call on a module (torch.manual_seed, plt.show) counts as changing nothing: the tests seed their own random
+        numbers (the replay skips every cell before a submission's first answer anyway)."""
+        names = {i: cell_names(c.source) for i, c in enumerate(self.cells[:self.end]) if c.cell_type == "code"}
+        modules = set().union(*(n.imports for n in names.values() if n is not None))
         kept, read = set(), set()
-        for index in reversed(range(self.end)):
-            cell = self.cells[index]
-            if cell.cell_type != "code":
-                continue
-            names = _global_names(cell.source)
-            if names is None:    # what it reads is not known: every cell before it is re-run
+        for index, cell_read in sorted(names.items(), reverse=True):
+            if cell_read is None:   # what it reads is not known: it and every cell before it are re-run
                 return kept | set(range(index + 1))
-            if "nbgrader" in cell.metadata or names[0] & read:
+            if "nbgrader" in self.cells[index].metadata or (cell_read.binds | cell_read.changes - modules) & read:
                 kept.add(index)
-                read |= names[1]
+                read |= cell_read.reads
         return kept
 
     def __enter__(self):

@@ -342,7 +342,7 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     are listed, with those modules."""
     import re
 
-    from autograder.dispatch import FIRST_USE_IMPORTS, preloaded
+    from autograder.dispatch import JUDGES_FIRST_USE_IMPORTS, preloaded
 
     oracles = ROOT / "transformer_course" / "oracles"
     signs = {"torch._dynamo": r"optim\.\w+\(", "sacrebleu": r"\bsacrebleu\b"}
@@ -353,7 +353,7 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
         modules = sorted(m for m, sign in signs.items() if any(re.search(sign, source) for source in sources))
         if modules:
             needed[notebook.stem] = modules
-    assert needed == {a: sorted(m) for a, m in FIRST_USE_IMPORTS.items()}
+    assert needed == {a: sorted(m) for a, m in JUDGES_FIRST_USE_IMPORTS.items()}
     assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
 
 

@@ -1,5 +1,5 @@
-"""Which cells ``grading.KernelReplay`` re-runs for a submission: nbgrader's cells, and the demonstrations whose names
-a later one of them reads, directly or through another demonstration that is re-run."""
+"""Which cells ``grading.KernelReplay`` re-runs for a submission: nbgrader's cells, and the demonstrations that bind
+or change a name a later one of them reads, directly or through another demonstration that is re-run."""
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from grading import KernelReplay, nbgrader_cell
@@ -30,6 +30,14 @@ def test_a_demonstration_whose_name_a_test_or_a_kept_demonstration_reads_is_re_r
                            new_code_cell("def helper():\n    return scale"), answer("def f(x):\n    return x * helper()")]
     assert replayed(*kept_for_a_kept_one) == ["import math", "scale = 2", "def helper():", "def f(x):",
                                               "assert f(2) == 4"]
+
+
+def test_a_demonstration_that_changes_an_object_a_test_reads_is_re_run_a_call_on_a_module_is_not():
+    test_reads = nbgrader_cell("assert f(table[0]) == 4", "test_g", grade=True, points=1)
+    changes = [new_code_cell("table.append(2)"), new_code_cell("table[0] = 2"), new_code_cell("table.size = 1")]
+    assert replayed(answer(), *changes, new_code_cell("math.sqrt(2)"), test_reads) == \
+        ["import math", "def f(x):", "table.append(2)", "table[0] = 2", "table.size = 1", "assert f(table[0]) == 4",
+         "assert f(2) == 4"]
 
 
 def test_before_a_cell_that_cannot_be_read_every_cell_is_re_run():
