@@ -305,7 +305,10 @@ class _Runner:
         if is_test(cell) and self.ready_for_test != index:   # e.g. right after a restart
             self._check_tampering(test_source=cell.source)
         judged = is_test(cell) and is_judged(cell.source)
-        outcome, sent = self._execute(cell)
+        # The check after the cell rides on the cell's own request (its user expression, evaluated after the
+        # cell and its post-execute callbacks, when the cell did not fail): one round trip less per cell.
+        check = self._guard_call(protect=is_locked_setup(cell), test_source=next_test and next_test[1])
+        outcome, sent = self._execute(cell, check)
         breakage = self._breakage(outcome)
         if judged:
             # The kernel's own errors decide nothing here (the judge's verdict does): they stay as text.
@@ -321,9 +324,12 @@ class _Runner:
             reply = self.kernel.reply if self.kernel else {}
             cell.outputs.append(_error(reply.get("ename") or "Error", f"{reply.get('evalue', '')} (the cell raised "
                                        "this error, but the kernel was made not to show it)"))
-        # The check after a cell also prepares the next test cell, if the next cell is one.
-        tampered = self._check_tampering(protect=is_locked_setup(cell), test_source=next_test and next_test[1]) \
-            if self.kernel else []
+        # The check after a cell also prepares the next test cell, if the next cell is one. A cell that failed
+        # (or was stopped) had no check evaluated: it runs on its own then.
+        if self.kernel and outcome == "ok":
+            tampered = self._guard_answer(self.kernel.reply)
+        else:
+            tampered = self._check(check) if self.kernel else []
         self.ready_for_test = next_test[0] if next_test and self.kernel else None
         if self.kernel and not self.kernel.usable:
             self.stop_kernel()
@@ -337,15 +343,16 @@ class _Runner:
         if outcome == "ok" and not (tampered and is_test(cell) and not judged):
             self.completed.append(cell.source)
 
-    def _execute(self, cell):
-        """Run the cell, recording its outputs and the probe data it sent; stop it if it breaks a limit, and
-        drop a kernel that broke. Returns (outcome, the base64 texts of probe data, in order)."""
+    def _execute(self, cell, check):
+        """Run the cell, recording its outputs and the probe data it sent, with the guard's ``check`` as its user
+        expression; stop it if it breaks a limit, and drop a kernel that broke. Returns (outcome, the base64
+        texts of probe data, in order)."""
         self.count += 1
         cell.execution_count = self.count
         outputs, sent = _Outputs(self.limits.output_bytes), _ProbeData()
         cell.outputs = outputs.kept
         outcome = self.kernel.run(cell.source, min(self.limits.cell_timeout, self.time_left()),
-                                  lambda message: sent.add(message) or outputs.add(message))
+                                  lambda message: sent.add(message) or outputs.add(message), user_expressions=check)
         for output in cell.outputs:
             if output.output_type == "execute_result":
                 output.execution_count = self.count
@@ -428,9 +435,21 @@ class _Runner:
         """Names the last cell replaced, now put back (GUARD_BROKEN if the check did not answer truly).
         The first call, right after the setup, installs the guard. ``protect``: the last cell was a locked
         set-up cell, whose names are put back from now on; ``test_source``: a test cell runs next."""
-        call = f"{self.guard_name}({protect!r}, {test_source!r})"
-        outcome = self.kernel.run("", CHECK_TIMEOUT, silent=True, user_expressions={"guard": call})
-        answer = self.kernel.reply["user_expressions"].get("guard", {}) if outcome == "ok" else {}
+        return self._check(self._guard_call(protect, test_source))
+
+    def _guard_call(self, protect=False, test_source=None):
+        """The check, as the user expressions of an execute request."""
+        return {"guard": f"{self.guard_name}({protect!r}, {test_source!r})"}
+
+    def _check(self, check):
+        """Run ``check`` (from _guard_call) in a request of its own: the names it put back."""
+        outcome = self.kernel.run("", CHECK_TIMEOUT, silent=True, user_expressions=check)
+        return self._guard_answer(self.kernel.reply if outcome == "ok" else {})
+
+    def _guard_answer(self, reply):
+        """The names the check put back, from the reply to the request that carried it (GUARD_BROKEN if the
+        answer is missing or lacks the nonce)."""
+        answer = (reply.get("user_expressions") or {}).get("guard", {})
         try:
             nonce, *names = ast.literal_eval(answer["data"]["text/plain"]).split()
         except (KeyError, TypeError, ValueError, SyntaxError, AttributeError):

@@ -246,6 +246,26 @@ def test_patches_in_a_solution_cell_are_undone_before_the_tests(tmp_path):
         assert name in problems[0].message
 
 
+def test_a_cell_that_patches_then_fails_has_its_patches_undone_too(tmp_path):
+    # The check rides on each cell's own request, but a failed request evaluates none: it runs on its own then.
+    executed, problems = run(tmp_path,
+                             nbgrader("import torch\ntorch.allclose = lambda *a, **k: True\nraise ValueError('stop')",
+                                      test=False),
+                             nbgrader("assert not torch.allclose(torch.zeros(1), torch.ones(1))", test=True))
+    solution, test = executed.cells
+    assert [ename for ename, _ in errors(solution)] == ["ValueError"]
+    assert errors(test) == []
+    assert [(p.index, p.kind) for p in problems] == [(0, "tampering")] and "torch.allclose" in problems[0].message
+
+
+def test_a_cell_that_replaces_what_evaluates_the_check_is_caught(tmp_path):
+    # The check is the request's user expression, which the shell evaluates after the cell.
+    executed, problems = run(tmp_path, nbgrader("get_ipython().user_expressions = lambda expressions: {}", test=False),
+                             nbgrader("assert True", test=True))
+    assert [(p.index, p.kind) for p in problems] == [(0, "tampering")]
+    assert "shell.user_expressions" in problems[0].message and errors(executed.cells[1]) == []
+
+
 def test_patch_made_while_a_test_runs_fails_that_test(tmp_path):
     executed, problems = run(
         tmp_path,
