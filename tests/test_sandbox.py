@@ -259,7 +259,8 @@ def test_a_cell_that_patches_then_fails_has_its_patches_undone_too(tmp_path):
 
 
 def test_a_cell_that_replaces_what_evaluates_the_check_is_caught(tmp_path):
-    # The check is the request's user expression, which the shell evaluates after the cell.
+    # The check is the request's user expression, which the shell evaluates after the cell: the guard's post-execute
+    # callback has put the shell's methods back by then, so the check still answers, and names what was replaced.
     executed, problems = run(tmp_path, nbgrader("get_ipython().user_expressions = lambda expressions: {}", test=False),
                              nbgrader("assert True", test=True))
     assert [(p.index, p.kind) for p in problems] == [(0, "tampering")]
