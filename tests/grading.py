@@ -279,7 +279,8 @@ class KernelReplay:
     the solution run's scores. Names left behind by the previous submission, and the names it answers, are
     deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
     cells it ran with other answers are re-run: each submission starts from the solution run's state.
-    The replay stops at the last test cell: the demonstrations after it cannot change a score. A demonstration
+    A submission's replay stops at the last test cell: the demonstrations after it cannot change a score (they run
+    once, after the solution, for ``imported``: the modules the whole notebook imports). A demonstration
     before it is not re-run either when it neither binds nor changes (x.a = ..., x.method(...)) a name that a later
     answer or test cell reads (in its functions too), directly or through another demonstration that is re-run: it
     keeps the solution run's results. In these notebooks such cells draw and print; a test that needs one through
@@ -325,8 +326,13 @@ class KernelReplay:
         self.reference = self._scores(range(self.end))
         failed = {g: e for g, e in self._errors(range(self.end)).items() if e}
         assert not failed, f"the solution notebook fails its own tests in one kernel: {failed}"
-        self.imported = set(json.loads(self._run_hidden("print(__import__('json').dumps(sorted(__import__('sys').modules)))")))
         self._run_hidden("__replay_names__ = set(globals()) | {\"__replay_names__\", \"__name\", \"__plt\"}")
+        # The demonstrations after the last test cell run once, for what the whole notebook imports. They may change
+        # what the tests read: the first submission re-runs every cell it needs from the top (dirty = 0).
+        for index in range(self.end, len(self.cells)):
+            self._run(index, self.cells[index].source)
+        self.imported = set(json.loads(self._run_hidden("print(__import__('json').dumps(sorted(__import__('sys').modules)))")))
+        self.dirty = 0
         return self
 
     def __exit__(self, *exc):
