@@ -174,9 +174,10 @@ def test_install_cell_installs_the_course_where_only_torch_is(tmp_path):
     output = run_cells(python, tmp_path, *(install_cell_of(name) for name in setups), *setups.values())
     assert MISMATCH not in output
     assert f"transformer_course {COURSE.version} from {tmp_path / 'venv'}" in output
-    run_cells(python, tmp_path, "import transformer_course, spacy, sacrebleu, sentencepiece")
 
-    # Installed now: the cell installs nothing (pip would fail on this missing file) and reports the mismatch.
-    output = run_cells(python, tmp_path, install_cell_source("0.0.1", str(tmp_path / "missing.whl")), setups[first])
+    # In a new process, the extra imports; and, the course installed now, a cell for another version installs nothing
+    # (pip would fail on this missing file) and reports the mismatch.
+    output = run_cells(python, tmp_path, "import spacy, sacrebleu, sentencepiece",
+                       install_cell_source("0.0.1", str(tmp_path / "missing.whl")), setups[first])
     assert f"{MISMATCH} 0.0.1; the installed transformer_course is {COURSE.version}" in output
     assert f"%pip install '{tmp_path / 'missing.whl'}'" in output
