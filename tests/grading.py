@@ -2,12 +2,14 @@
 
 Used by the round-trip tests: release an assignment from solutions/, hand in notebooks made from the
 release (filled with the solutions, untouched, or with chosen answers), run ``nbgrader autograde`` and
-read the scores back from the gradebook. ``KernelReplay`` scores many more answers with nbgrader's rule
-in one kernel, for the wide suites of realistic answers.
+read the scores back from the gradebook (each nbgrader command as ``python -m nbgrader`` runs it, forked from a
+process that imported nbgrader once: tests/warm_nbgrader.py). ``KernelReplay`` scores many more answers with
+nbgrader's rule in one kernel, for the wide suites of realistic answers.
 """
 import ast
 import contextlib
 import copy
+import functools
 import json
 import os
 import runpy
@@ -31,6 +33,7 @@ SOLUTIONS = ROOT / "solutions"
 SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
 sys.path.insert(0, str(ROOT))
 from autograder import CONFIG  # noqa: E402
+from warm_nbgrader import WarmNbgrader  # noqa: E402
 
 
 @dataclass
@@ -163,6 +166,12 @@ def pack(answers):
 GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1")
 
 
+@functools.cache
+def _warm_nbgrader():
+    """One per test worker, started by its first nbgrader command."""
+    return WarmNbgrader(GRADING_ENV)
+
+
 class ScratchCourse:
     """An nbgrader course directory with the course's configuration and one assignment, released with
     ``nbgrader generate_assignment`` from `source` (a notebook; default: solutions/<assignment>), or, with
@@ -191,8 +200,8 @@ class ScratchCourse:
         return self.root.joinpath(*parts)
 
     def nbgrader(self, *args):
-        subprocess.run([sys.executable, "-m", "nbgrader", *args, "--log-level=ERROR"], cwd=self.root,
-                       env=GRADING_ENV, check=True, capture_output=True)
+        """``python -m nbgrader <args>`` in the course's folder (run by the worker's warm nbgrader)."""
+        _warm_nbgrader().run([*args, "--log-level=ERROR"], self.root)
 
     def submit(self, student, notebook, timestamp=None):
         """Hand in `notebook` as `student` (with nbgrader's timestamp.txt when `timestamp` is given); returns
