@@ -308,7 +308,9 @@ class KernelReplay:
         self.setup = next(i for i, c in enumerate(self.cells)
                           if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
         self.end = 1 + max(index for index, *_ in self._graded_cells())
-        self.dirty = self.end            # cells from here on last ran with somebody else's answers
+        # Cells from here on may not hold the solution run's state: they last ran with somebody else's answers, or (at
+        # first) before the demonstrations after the last test cell, which __enter__ runs once.
+        self.dirty = 0
         self.replayed = self._cells_that_matter()
 
     def _cells_that_matter(self):
@@ -337,11 +339,10 @@ class KernelReplay:
         assert not failed, f"the solution notebook fails its own tests in one kernel: {failed}"
         self._run_hidden("__replay_names__ = set(globals()) | {\"__replay_names__\", \"__name\", \"__plt\"}")
         # The demonstrations after the last test cell run once, for what the whole notebook imports. They may change
-        # what the tests read: the first submission re-runs every cell it needs from the top (dirty = 0).
+        # what the tests read: the first submission re-runs every cell it needs from the top (self.dirty is 0).
         for index in range(self.end, len(self.cells)):
             self._run(index, self.cells[index].source)
         self.imported = set(json.loads(self._run_hidden("print(__import__('json').dumps(sorted(__import__('sys').modules)))")))
-        self.dirty = 0
         return self
 
     def __exit__(self, *exc):

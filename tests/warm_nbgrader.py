@@ -21,6 +21,7 @@ for line in sys.stdin:
         code = 1
         try:
             os.chdir(request["cwd"])
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)   # the requests stay this process's to read
             log = os.open(request["log"], os.O_WRONLY | os.O_TRUNC)
             os.dup2(log, 1)
             os.dup2(log, 2)
