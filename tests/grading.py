@@ -288,7 +288,8 @@ def __cache_repeats():
     import ipykernel.compiler
     from IPython.core import interactiveshell
     ipykernel.compiler.murmur2_x86 = lambda data, seed: zlib.crc32(data.encode(), seed)
-    interactiveshell._should_be_async = functools.lru_cache(maxsize=512)(interactiveshell._should_be_async)
+    if hasattr(interactiveshell, "_should_be_async"):   # private to IPython: without it the replay is only slower
+        interactiveshell._should_be_async = functools.lru_cache(maxsize=512)(interactiveshell._should_be_async)
     manager = get_ipython().input_transformer_manager
     manager.transform_cell = functools.lru_cache(maxsize=512)(manager.transform_cell)
 __cache_repeats()

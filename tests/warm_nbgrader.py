@@ -52,6 +52,9 @@ class WarmNbgrader:
             self.process.stdin.write(json.dumps({"cwd": str(cwd), "args": list(args), "log": log.name}) + "\n")
             self.process.stdin.flush()
             answer = self.process.stdout.readline()
-            status = json.loads(answer) if answer else "the process that runs nbgrader's commands has died"
+            if not answer:   # no exit status: CalledProcessError would need one
+                raise RuntimeError(f"the process that runs nbgrader's commands died during `nbgrader {' '.join(args)}`:"
+                                   f"\n{log.read()}")
+            status = json.loads(answer)
             if status != 0:
                 raise subprocess.CalledProcessError(status, ["nbgrader", *args], output=log.read())
