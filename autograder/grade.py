@@ -46,8 +46,8 @@ from traitlets import Unicode
 
 from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
                        without_notebooks)
-from .nbgrader_course import (nbgrader_api, nbgrader_config, nbgrader_output, nbgrader_reason, one_engine_per_database,
-                              open_gradebook)
+from .nbgrader_course import (autograde, faster_nbgrader, nbgrader_api, nbgrader_config, nbgrader_output,
+                              nbgrader_reason, open_gradebook)
 from .repair import RepairError, repair_file
 from .sandbox import Limits, sandbox_available
 
@@ -142,14 +142,14 @@ class NotebookReport:
     skipped: list = field(default_factory=list)    # the submission's files left out: links, oversized files
 
 
-def _nbgrader_step(course, **overrides):
+def _nbgrader_step(course, single_pass, **overrides):
     """A function (assignment, student) -> "" or nbgrader's error: one `nbgrader autograde --force` with
     `overrides`. Students go one at a time: the gradebook is one SQLite file."""
     api = nbgrader_api(course, **overrides)
 
     def run(assignment, student):
         started = time.perf_counter()
-        result = api.autograde(assignment, student, force=True, create=True)
+        result = autograde(api, assignment, student, single_pass)
         run.seconds += time.perf_counter() - started
         if result["success"]:
             return ""
@@ -159,19 +159,23 @@ def _nbgrader_step(course, **overrides):
     return run
 
 
-def nbgrader_steps(course, stage):
+def nbgrader_steps(course, stage, single_pass=True):
     """(sanitize, record): nbgrader's two steps as the grader runs them, each a function (assignment, student)
-    -> "" or nbgrader's error. `stage`: the staging folders {"repaired", "sanitized", "executed"}."""
+    -> "" or nbgrader's error. `stage`: the staging folders {"repaired", "sanitized", "executed"}. Each step is
+    one pass of nbgrader's autograde over each notebook (`single_pass`; else nbgrader's two, one doing nothing)."""
     relative = {name: os.path.relpath(path, course) for name, path in stage.items()}
-    sanitize = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["repaired"],
-                                         "CourseDirectory.autograded_directory": relative["sanitized"],
-                                         "Autograde.autograde_preprocessors": []})
+    sanitize = _nbgrader_step(course, single_pass, **{
+        "CourseDirectory.submitted_directory": relative["repaired"],
+        "CourseDirectory.autograded_directory": relative["sanitized"],
+        "Autograde.autograde_preprocessors": []})
     # Recording reads the sanitized copy, which this grader wrote: sanitizing it again would change nothing
-    # (each sanitizing step gives its own output back unchanged) and took 40 % of the record step's time.
-    record = _nbgrader_step(course, **{"CourseDirectory.submitted_directory": relative["sanitized"],
-                                       "Autograde.sanitize_preprocessors": [],
-                                       "Autograde.autograde_preprocessors": _recording_preprocessors(),
-                                       "ReplayExecution.executed_directory": str(stage["executed"])})
+    # (each sanitizing step gives its own output back unchanged) and took 40 % of the record step's time. The
+    # recording preprocessors take the place of the sanitizing ones, in the pass that reads the submission.
+    record = _nbgrader_step(course, single_pass, **{
+        "CourseDirectory.submitted_directory": relative["sanitized"],
+        "Autograde.sanitize_preprocessors": _recording_preprocessors(),
+        "Autograde.autograde_preprocessors": [],
+        "ReplayExecution.executed_directory": str(stage["executed"])})
     return sanitize, record
 
 
@@ -397,7 +401,7 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
         log(f"grading {len(todo)} submissions of {assignment} on {pool.description} "
             f"({'sandboxed' if sandbox else 'NOT sandboxed'})")
         try:
-            with one_engine_per_database():
+            with faster_nbgrader():
                 batch = _Batch(course, assignment, release, todo, log)
                 reports = _grade_students(batch, pool, todo, limits or Limits(), sandbox,
                                           {"COURSE_SMOKE": "1", **(env or {})})

@@ -312,6 +312,46 @@ def test_feedback_shows_messages_but_never_test_code(course):
     assert "3.5 / 4" in pages["good"]
 
 
+def recorded(course, students):
+    """The files nbgrader's steps wrote for `students` (sanitized and autograded notebooks), their automatic
+    scores and comments (nbgrader's autograde asks again for the scores given by hand: not compared)."""
+    from nbgrader.api import Gradebook
+    files = {path.relative_to(course): path.read_bytes() for student in students
+             for folder in (course / ".autograder" / ASSIGNMENT / "sanitized", course / "autograded")
+             for path in (folder / student).rglob("*") if path.is_file()}
+    with Gradebook(f"sqlite:///{course / DATABASE}") as gradebook:
+        def scores(student):
+            submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
+            return ({g.name: g.auto_score for g in submission.grades},
+                    {c.name: c.auto_comment for c in submission.comments})
+        return files, {student: scores(student) for student in students}
+
+
+def test_nbgrader_as_it_is_records_what_the_grader_recorded(course, tmp_path):
+    """The grader runs each of nbgrader's steps in one pass over the notebook, inside faster_nbgrader. nbgrader as
+    it is (NbGraderAPI.autograde: two passes, an engine per gradebook, the metadata schema checked for every cell),
+    run again on a copy of the course from the same staged submissions, writes the same notebooks, byte for byte,
+    and the same scores and comments."""
+    from autograder.grade import nbgrader_steps, stages
+
+    copied = tmp_path / "course"
+    shutil.copytree(course, copied)
+    config = copied / "nbgrader_config.py"
+    config.write_text(config.read_text().replace(str(course), str(copied)))
+    stage = stages(copied / ".autograder" / ASSIGNMENT)
+    students = sorted(folder.name for folder in stage["sanitized"].iterdir())
+    assert len(students) == len(HOSTILE_ADD) + 1, f"staged submissions: {students}"
+    sanitize, record = nbgrader_steps(copied, stage, single_pass=False)
+    for student in students:
+        assert not sanitize(ASSIGNMENT, student) and not record(ASSIGNMENT, student), student
+    grader_files, grader_scores = recorded(course, students)
+    nbgrader_files, nbgrader_scores = recorded(copied, students)
+    assert sorted(nbgrader_files) == sorted(grader_files), "the two wrote different files"
+    differ = [str(path) for path, data in grader_files.items() if nbgrader_files[path] != data]
+    assert not differ, f"nbgrader as it is wrote other notebooks than the grader: {differ}"
+    assert nbgrader_scores == grader_scores
+
+
 def test_the_course_assignments_grade_like_nbgrader(tmp_path):
     """Notebook 01 through the grader: the solutions get every point, the untouched release none, and so
     does the release whose answers import the course's finished versions; the kernels are forked from the
