@@ -189,6 +189,9 @@ def preloaded(assignment=None):
     return PRELOADED + JUDGES_FIRST_USE_IMPORTS.get(assignment, [])
 
 
+WORKER_NICENESS = 5
+
+
 class LocalPool:
     """``workers`` local processes, forked from a fork server: fresh processes that inherit none of the grader's
     event loops, sockets or threads, with the modules they need imported once for all (PRELOADED)."""
@@ -201,7 +204,10 @@ class LocalPool:
         context.set_forkserver_preload(preloaded(assignment))
         # Started now, not at the first submission: its imports overlap the sanitizing of the first submissions.
         multiprocessing.forkserver.ensure_running()
-        self.executor = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context)
+        # A little below the grading command's priority, kernels included: when the workers fill the cores, the
+        # command still sanitizes and records submissions as they come, the one part that cannot be parallel.
+        self.executor = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=os.nice,
+                                                               initargs=(WORKER_NICENESS,))
         self.jobs = {}
 
     def submit(self, student, *arguments):
