@@ -14,6 +14,7 @@ import copy
 import csv
 import html
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -397,13 +398,16 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
 
 
-def test_local_workers_start_with_the_judges_modules_imported():
+def test_local_workers_start_with_the_judges_modules_imported_below_the_commands_priority():
     """The fork server imports torch, nbgrader and the course's oracles once; each worker is forked with them, so
-    a grading run does not pay seconds of imports per worker."""
-    from autograder.dispatch import PRELOADED, LocalPool
+    a grading run does not pay seconds of imports per worker. Workers (and the kernels they start) run at a
+    lower priority than the grading command, which records their results."""
+    from autograder.dispatch import PRELOADED, WORKER_NICENESS, LocalPool
 
     pool = LocalPool(1)
     try:
+        niceness = pool.executor.submit(os.nice, 0).result(timeout=120)
+        assert niceness == min(os.nice(0) + WORKER_NICENESS, 19), f"a worker runs at niceness {niceness}"
         loaded = pool.executor.submit(eval, f"[m for m in {PRELOADED!r} if m not in __import__('sys').modules]")
         assert loaded.result(timeout=120) == [], "these modules were not imported before the worker's first job"
         # The modules a worker's first torch._check imports (none, when the fork server imported them).
