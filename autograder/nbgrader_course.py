@@ -80,7 +80,9 @@ def _single_pass_autograde():
         def convert_single_notebook(self, notebook_filename):
             if self.autograde_preprocessors:
                 return super().convert_single_notebook(notebook_filename)
-            self._init_preprocessors()    # the sanitize preprocessors (Autograde is sanitizing between passes)
+            # Outside Autograde's own two-pass method its `_sanitizing` flag is True: this registers the
+            # sanitize preprocessors, which read the submitted notebook and write the autograded one.
+            self._init_preprocessors()
             return BaseConverter.convert_single_notebook(self, notebook_filename)
 
     return SinglePassAutograde
