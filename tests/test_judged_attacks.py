@@ -8,6 +8,7 @@ what the kernel reports, changing things while a test cell runs, reaching the ch
 the kernel, reading expected values from frames, stand-in oracles, forged or malicious probe data.
 """
 import base64
+import functools
 import io
 import os
 import pickle
@@ -57,6 +58,7 @@ def _evil_pickle(marker):
     return buffer.getvalue()
 
 
+@functools.cache   # 0.6 s to deflate, and every test builds the attacks
 def _compressed():
     """A zip with a deflated entry that expands to 100 MB: refused before it is read."""
     buffer = io.BytesIO()
