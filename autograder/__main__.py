@@ -100,6 +100,10 @@ def main(argv=None):
     `grade`, 1 when a submission could not be graded (everyone else is), for `check`, 1 when something will cost
     points."""
     args = build_parser().parse_args(argv)
+    if args.command == "grade" and args.scheduler is None:
+        # Its local workers' fork server imports what they need (3-5 s) while this command imports and checks.
+        from .local_workers import fork_server
+        fork_server(args.assignment)
     refusals = (ReleaseError, SimilarityError)
     if args.command != "check":     # a student's check runs where nbgrader is not installed (Colab)
         from .grade import GradingError

@@ -10,8 +10,6 @@ again on another worker (the scheduler's own retry, up to ``distributed.schedule
 deaths); its result still comes back once, so each submission is recorded once.
 """
 import concurrent.futures
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import shutil
 import stat
@@ -27,6 +25,7 @@ from .execute import execute_notebook
 from .sandbox import sandbox_available
 from .judging import all_judged
 from .library_answers import refuse_flagged
+from .local_workers import fork_server
 from .stripped import stripped_package
 
 # Not sent to the worker: editors' checkpoints, and the notebooks' own copies (they go as notebooks).
@@ -160,19 +159,6 @@ def _write_files(workdir, files):
         path.write_bytes(content)
 
 
-# What every worker imports: the execution's modules (nbgrader, jupyter_client) and the judges' (torch, the course's
-# package and oracles), 3-5 s of a fresh interpreter's time. The fork server imports them once per grading run and
-# forks each worker from itself; a failed import there only costs the worker that time again.
-# torch's symbolic shapes (and sympy, 1.3 s) are what the first torch._check of a process imports, and many torch
-# functions check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one.
-PRELOADED = ["autograder.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "transformer_course.probing",
-             "transformer_course.testing", "transformer_course.oracles"]
-# What the judges of some assignments import on first use, by assignment: torch._dynamo (1-3 s), which an optimizer's
-# first step imports (07, 09), and sacreBLEU (0.5 s), the BLEU oracle's (08). The fork server imports them too when
-# one of these assignments is graded. A missing entry costs each worker that time, nothing else (tests/test_grader.py
-# checks the table against the oracles the notebooks import).
-JUDGES_FIRST_USE_IMPORTS = {"07_training": ["torch._dynamo"], "08_decoding_bleu": ["sacrebleu"],
-                            "09_gpt": ["torch._dynamo"]}
 # What the kernels of some assignments import on first use and is slow to import, by assignment: torch._dynamo
 # (1.1-1.5 s), on an optimizer's first step (07-09) and on a first operation on the 'meta' device (03's device tests,
 # 06's count of the base model's parameters), and spaCy (0.6 s), when the data cells first tokenise (07, 09). The
@@ -184,26 +170,20 @@ KERNEL_FIRST_USE_IMPORTS = {"03_masking": ["torch._dynamo"], "06_transformer": [
                             "08_decoding_bleu": ["torch._dynamo"], "09_gpt": ["torch._dynamo", "spacy"]}
 
 
-def preloaded(assignment=None):
-    """The modules the fork server imports for grading ``assignment``."""
-    return PRELOADED + JUDGES_FIRST_USE_IMPORTS.get(assignment, [])
-
-
 WORKER_NICENESS = 5
 
 
 class LocalPool:
     """``workers`` local processes, forked from a fork server: fresh processes that inherit none of the grader's
-    event loops, sockets or threads, with the modules they need imported once for all (PRELOADED)."""
+    event loops, sockets or threads, with the modules they need imported once for all (local_workers.PRELOADED)."""
 
     description = "local processes"
 
     def __init__(self, workers, assignment=None):
         self.workers = workers
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(preloaded(assignment))
-        # Started now, not at the first submission: its imports overlap the sanitizing of the first submissions.
-        multiprocessing.forkserver.ensure_running()
+        # Running already when the grading command started it; else started now, not at the first submission: its
+        # imports overlap the sanitizing of the first submissions.
+        context = fork_server(assignment)
         # A little below the grading command's priority, kernels included: when the workers fill the cores, the
         # command still sanitizes and records submissions as they come, the one part that cannot be parallel.
         self.executor = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=os.nice,

@@ -383,7 +383,7 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     are listed, with those modules."""
     import re
 
-    from autograder.dispatch import JUDGES_FIRST_USE_IMPORTS, preloaded
+    from autograder.local_workers import JUDGES_FIRST_USE_IMPORTS, preloaded
 
     oracles = ROOT / "transformer_course" / "oracles"
     signs = {"torch._dynamo": r"optim\.\w+\(", "sacrebleu": r"\bsacrebleu\b"}
@@ -398,11 +398,26 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
 
 
+def test_the_grade_command_starts_its_workers_fork_server_before_its_own_imports(tmp_path):
+    """The fork server's imports (3-5 s) overlap the command's own (nbgrader's, 1-2 s) on another core: the command
+    starts it before it imports the grader, for local workers only (a Dask cluster's workers have their own)."""
+    script = ("import sys\nimport autograder.local_workers as workers\nstarted = []\n"
+              "workers.fork_server = lambda assignment=None: started.append((assignment, 'autograder.grade' in sys.modules))\n"
+              "from autograder.__main__ import main\n"
+              "status = main(sys.argv[1:])\nprint(started, status)")
+    course = ["--course", str(tmp_path / "no course")]
+    for options, expected in (([], "[('ps1', False)] 2"), (["--scheduler", "tcp://127.0.0.1:1"], "[] 2")):
+        done = subprocess.run([sys.executable, "-c", script, "grade", "ps1", *course, *options], capture_output=True,
+                              text=True, timeout=120)
+        assert done.stdout.strip() == expected, f"{options}: {done.stdout} {done.stderr}"
+
+
 def test_local_workers_start_with_the_judges_modules_imported_below_the_commands_priority():
     """The fork server imports torch, nbgrader and the course's oracles once; each worker is forked with them, so
     a grading run does not pay seconds of imports per worker. Workers (and the kernels they start) run at a
     lower priority than the grading command, which records their results."""
-    from autograder.dispatch import PRELOADED, WORKER_NICENESS, LocalPool
+    from autograder.dispatch import WORKER_NICENESS, LocalPool
+    from autograder.local_workers import PRELOADED
 
     pool = LocalPool(1)
     try:
