@@ -1,6 +1,6 @@
 """The local grader's fork server: multiprocessing's "forkserver", a fresh process that imports what every worker
 needs once, then forks each worker from itself (dispatch.LocalPool). Its imports take 3-5 s on one core, so the
-grading command starts it first thing (__main__._grade), and they overlap the command's own imports and checks
+grading command starts it first thing (`__main__.main`), and they overlap the command's own imports and checks
 (1-2 s) on another core. For that, this module imports nothing heavy.
 """
 import multiprocessing
