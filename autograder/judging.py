@@ -18,6 +18,7 @@ from dataclasses import dataclass
 # and the instructor's side of grading stay quick.
 PROBE_MIME = "application/vnd.transformer-course.probe+base64"   # transformer_course.probing.PROBE_MIME
 JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"                           # transformer_course.probing.JUDGE_OUTSIDE
+SEED_VARIABLE = "COURSE_TEST_SEED"                               # transformer_course.probing.SEED_VARIABLE
 MAX_CELL_BYTES = 64 * 2**20   # base64 text of all the probe data one cell may send
 
 
@@ -63,8 +64,6 @@ def _judges(source):
         pair = _run_test_call(node)
         if pair:
             calls.append(pair)
-        elif _kernel_only(node):
-            continue
         elif isinstance(node, _ALLOWED) or _is_constant(node):
             kept.append(node)
         else:
@@ -73,12 +72,6 @@ def _judges(source):
     namespace = _prelude()
     exec(compile(ast.Module(body=kept, type_ignores=[]), "<judged test cell>", "exec"), namespace)
     return [namespace[judge] for _, judge in calls]
-
-
-def _kernel_only(node):
-    """``require_own_work(...)``: a statement for the kernel (plain nbgrader's refusal), not for the judge."""
-    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name)
-            and node.value.func.id == "require_own_work")
 
 
 def _is_constant(node):
@@ -106,6 +99,7 @@ def _prelude():
     return {"__name__": "judged_test_cell", "math": math, "torch": torch, "nn": nn, "F": F,
             "Raised": probing.Raised, "returned": probing.returned, "replayed": probing.replayed,
             "assert_raised_value_error": probing.assert_raised_value_error, "check_tensor": testing.check_tensor,
+            "secret_seed": probing.secret_seed, "secret_generator": probing.secret_generator,
             "assert_close": testing.assert_close, "same_random_numbers": testing.same_random_numbers}
 
 
@@ -124,8 +118,9 @@ def take_probe_data(message):
     return data.get(PROBE_MIME) if isinstance(data.get(PROBE_MIME), str) else None
 
 
-def judge_cell(source, sent):
-    """The verdict on a judged test cell, given the base64 texts its kernel sent, in order."""
+def judge_cell(source, sent, seed):
+    """The verdict on a judged test cell, given the base64 texts its kernel sent, in order, and the secret its
+    kernel drew the hidden tests' inputs from (the judges draw them again from it)."""
     try:
         judges = _judges(source)
     except (SyntaxError, CellFormatError, NameError, ImportError) as error:
@@ -137,8 +132,10 @@ def judge_cell(source, sent):
         return Verdict(False, f"the test cell sent {len(sent)} results for {len(judges)} tests: something "
                               "besides the tests sent data")
     printed = io.StringIO()
+    from transformer_course.probing import judging_with
+
     for judge, text in zip(judges, sent):
-        with contextlib.redirect_stdout(printed):
+        with contextlib.redirect_stdout(printed), judging_with(seed):
             failure = _judge_one(judge, text)
         if failure:
             return Verdict(False, failure, printed.getvalue())

@@ -29,7 +29,7 @@ from typing import Callable
 import nbformat
 
 from .cells import exercise_of, grade_id, is_answer, is_test
-from .stripped import NOTEBOOKS
+from .stripped import registry
 from .similarity import PACKAGE, add_package_answers, answer_sources, compare, release_exercises
 
 ENAME = "NotYourOwnWork"
@@ -125,10 +125,10 @@ def _finished(exercise):
 
 
 # The package's finished version of the exercise itself: the grading kernel's copy of the package mostly lacks it
-# (stripped.py), but not the parts later tests build on (stripped.KEPT), and plain nbgrader has it all.
+# (stripped.py), but plain nbgrader has it all.
 RULES += [Rule((exercise,), _finished(exercise), f"the course's finished `{exercise}`",
                "the package's version is there for the later notebooks", "here, write your own")
-          for exercises in NOTEBOOKS.values() for exercise in exercises]
+          for exercises in registry()[0].values() for exercise in exercises]
 
 
 # ----------------------------------------------------------------------------- what names stand for

@@ -2,8 +2,8 @@
 
 The package ships the finished version of every exercise, since later notebooks import them. While
 notebook N is graded, the sandbox shows the kernel, at the package's own path, a copy in which the finished
-exercises of notebook N and of every later notebook (own_work.FINISHED: the answer and the package's helpers
-that do its work) only raise ``NotImplementedError``: their bodies are replaced in the source files, so no
+exercises of notebook N and of every later notebook (exercises.FINISHED: the answer and the package's
+helpers that do its work) only raise ``NotImplementedError``: their bodies are replaced in the source files, so no
 import, alias, ``inspect.getsource`` or read of the file finds the finished code. Signatures, docstrings,
 class hierarchies, module-level names and imports stay, so ``import transformer_course`` works, and so do
 the earlier notebooks' finished parts, which notebook N imports. Line numbers stay too: tracebacks through
@@ -14,6 +14,7 @@ whichever process grades first: the local pool's workers and Dask workers alike 
 """
 import ast
 import compileall
+import functools
 import hashlib
 import os
 import shutil
@@ -24,56 +25,33 @@ from pathlib import Path
 
 from .sandbox import package_folder
 
-# assignment -> its exercises, in the course's order (../shared/exercise-contract.md)
-NOTEBOOKS = {
-    "01_positional_encoding": ("positional_encoding", "TokenEmbedding", "PositionalEncoding"),
-    "02_attention": ("scaled_dot_product_attention",),
-    "03_masking": ("padding_mask", "causal_mask", "target_mask"),
-    "04_multi_head_attention": ("split_heads", "merge_heads", "MultiHeadAttention"),
-    "05_layer_norm_feed_forward": ("LayerNorm", "PositionwiseFeedForward"),
-    "06_transformer": ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer"),
-    "07_training": ("build_vocab", "label_smoothing_loss", "noam_lr", "train_step"),
-    "08_decoding_bleu": ("greedy_decode", "beam_search", "corpus_bleu"),
-    "09_gpt": ("apply_rope", "CausalSelfAttention", "GPT", "lm_loss", "adamw_param_groups", "warmup_cosine_lr",
-               "sample_next", "generate"),
-}
-# assignment -> finished parts of its own notebook that stay: exercises whose finished version the tests of the
-# notebook's later exercises substitute for the student's (so that one mistake costs points once), and
-# "module.name" pieces a demo needs (08's search tree is drawn by the package's beam_search_tree).
-KEPT = {
-    "01_positional_encoding": ("positional_encoding",),
-    "03_masking": ("padding_mask", "causal_mask"),
-    "04_multi_head_attention": ("split_heads", "merge_heads"),
-    "06_transformer": ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder"),
-    "07_training": ("label_smoothing_loss",),
-    "08_decoding_bleu": ("greedy_decode", "decoding.beam_search_tree",
-                         # 08's sampling demo: the helpers of 09's sample_next
-                         "decoding.sampling_distribution", "decoding.top_k_filter", "decoding.top_p_filter"),
-    "09_gpt": ("apply_rope", "CausalSelfAttention"),
-}
 ORACLES = "oracles"
 
 
-def finished_pieces(source):
-    """exercise -> ((module, name), ...) of own_work.FINISHED, read from the package folder ``source``
-    without importing it (no torch in the grader's process): the answer first, then its helpers."""
-    tree = ast.parse((Path(source) / "own_work.py").read_text(encoding="utf-8"))
-    table = next(node.value for node in tree.body if isinstance(node, ast.Assign)
-                 and any(isinstance(t, ast.Name) and t.id == "FINISHED" for t in node.targets))
-    return {ast.literal_eval(key): tuple((piece.value.id, piece.attr) for piece in value.elts)
-            for key, value in zip(table.keys, table.values)}
+@functools.cache
+def _registry(source):
+    """(NOTEBOOKS, FINISHED) of the exercise registry (transformer_course/exercises.py) in the package folder
+    ``source``, read without importing the package (no torch in the grader's process)."""
+    namespace = {}
+    exec(compile((Path(source) / "exercises.py").read_text(encoding="utf-8"), "exercises.py", "exec"), namespace)
+    return namespace["NOTEBOOKS"], namespace["FINISHED"]
+
+
+def registry():
+    """(NOTEBOOKS, FINISHED) of the installed course package's exercise registry."""
+    return _registry(package_folder())
 
 
 def withheld(assignment, source):
     """{(module, name): (exercise, whether it is the answer itself)} of what ``assignment``'s copy withholds:
     the finished parts of its exercises and of the later notebooks', but no helper an earlier one needs."""
-    order, kept = list(NOTEBOOKS), KEPT.get(assignment, ())
+    notebooks, finished = _registry(source)
+    order = list(notebooks)
     # A notebook of another name (renamed by an instructor, say) fails closed: it sees no finished exercise.
-    first = order.index(assignment) if assignment in NOTEBOOKS else 0
-    later = {e for a in order[first:] for e in NOTEBOOKS[a]} - set(kept)
-    pieces = finished_pieces(source)
+    first = order.index(assignment) if assignment in notebooks else 0
+    later = {e for a in order[first:] for e in notebooks[a]}
+    pieces = {exercise: tuple(tuple(piece.split(".")) for piece in parts) for exercise, parts in finished.items()}
     needed = {piece for exercise, parts in pieces.items() if exercise not in later for piece in parts}
-    needed |= {tuple(name.split(".")) for name in kept if "." in name}
     found = {}
     for exercise, parts in pieces.items():
         for position, piece in enumerate(parts):

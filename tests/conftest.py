@@ -15,10 +15,6 @@ from pathlib import Path
 
 import pytest
 
-# own_work imports the oracles (transformer_course.oracles) to gate them; imported first, an oracle module would
-# meet a half-made own_work through transformer_course.testing. Importing testing first takes the working order.
-import transformer_course.testing  # noqa: E402,F401
-
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 if "MULTI30K_MIRROR" not in os.environ and MIRROR.is_dir():

@@ -163,7 +163,22 @@ def pack(answers):
 
 # One thread per kernel: the tests already run one grading job per core. COURSE_SMOKE makes the
 # notebooks' training demos take a handful of steps: grading many students must stay quick.
-GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1")
+# COURSE_TEST_SEED: the secret of the hidden tests' inputs, fixed so that a failure can be repeated (set it to try
+# another; tests/test_secret_inputs.py grades with others).
+TEST_SEED = os.environ.get("COURSE_TEST_SEED", "20261128")
+GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1", COURSE_TEST_SEED=TEST_SEED)
+
+
+def stripped_path(assignment, folder):
+    """A folder to put first on the kernel's PYTHONPATH so that it imports ``assignment``'s copy of the course package
+    (autograder/stripped.py: without the finished answers of that notebook and the later ones), with its oracles,
+    since the replay's kernel judges the cells itself."""
+    from autograder.stripped import stripped_package
+
+    link = Path(folder) / "transformer_course"
+    if not link.exists():
+        link.symlink_to(stripped_package(assignment, keep_oracles=True), target_is_directory=True)
+    return str(folder)
 
 
 @functools.cache
@@ -326,8 +341,9 @@ class KernelReplay:
             scores, errors = replay.grade({"attention": "def attention(q, k, v): ..."})
     """
 
-    def __init__(self, solution, workdir):
+    def __init__(self, solution, workdir, assignment=None):
         self.notebook = copy.deepcopy(solution)
+        self.assignment = assignment   # with one, the kernel sees that notebook's copy of the package, as graded
         self.cells = list(self.notebook.cells)
         self.notebook.cells.append(nbformat.v4.new_code_cell())     # where the replay runs its own code
         self.client = NotebookClient(self.notebook, timeout=600, kernel_name="python3", allow_errors=True,
@@ -357,7 +373,13 @@ class KernelReplay:
         return kept
 
     def __enter__(self):
-        self._kernel = self.client.setup_kernel(env=GRADING_ENV)
+        env = dict(GRADING_ENV)
+        if self.assignment:
+            package = Path(self.client.resources["metadata"]["path"]) / ".package"
+            package.mkdir(exist_ok=True)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [stripped_path(self.assignment, package),
+                                                              env.get("PYTHONPATH")]))
+        self._kernel = self.client.setup_kernel(env=env)
         self._kernel.__enter__()
         self._run_hidden(REPEATS_CACHED)
         self._run_hidden(SHORT_TRACEBACKS)

@@ -70,7 +70,7 @@ def graded_assignment(assignment, tmp_path_factory):
         scores = course.scores()
         feedback = {}
         placement = {}
-        with KernelReplay(course.solution, tmp_path_factory.mktemp(f"{assignment}-replay")) as replay:
+        with KernelReplay(course.solution, tmp_path_factory.mktemp(f"{assignment}-replay"), assignment) as replay:
             scores["replayed solution"] = replay.reference
             _imported[assignment] = replay.imported
             for student, answers in whole_release_answers(course).items():

@@ -22,9 +22,6 @@ from .decoding import beam_search, greedy_decode
 from .bleu import corpus_bleu
 from .gpt import (CausalSelfAttention, GPT, adamw_param_groups, apply_rope, generate, lm_loss, sample_next,
                   warmup_cosine_lr)
-# own_work gates the finished answers, but only from the first test cell on: importing the package rewrites
-# nothing (torch.compile traces the code as written) and does not need the tests' oracles.
-from . import own_work  # noqa: E402,F401
 
 __all__ = [
     # 01_positional_encoding

@@ -14,13 +14,25 @@ there ``run_test`` only runs the probe and sends its data out as a display messa
 loads it with a safe loader and runs the cell's judges itself (autograder/judging.py). What the student's
 process says about a test cell decides nothing, and it never sees what is expected.
 
+Hidden tests draw their inputs from ``secret_generator(tag)``: a generator seeded from a secret the grader chooses
+for each submission it grades (``COURSE_TEST_SEED`` in the kernel's environment; the judge gets the same secret
+in the grader's process, never from the kernel). The judge rebuilds the inputs from its own copy of the secret
+and recomputes what the answer must return, so neither a recorded payload nor a table of results for inputs
+known in advance can pass. Outside the grader (Jupyter, plain nbgrader) the secret is drawn at random once per
+process, unless ``COURSE_TEST_SEED`` is set.
+
 Probe data is what ``torch.save`` can store and ``torch.load(weights_only=True)`` can read back without
 running code: tensors, numbers, strings, booleans, None, and lists, tuples and str-keyed dicts of them.
 An exception the student's code raised travels as a ``Raised`` (its type and message).
 """
 import base64
+import contextlib
+import contextvars
+import functools
+import hashlib
 import io
 import os
+import secrets
 import zipfile
 
 import torch
@@ -30,6 +42,36 @@ JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"   # set by the grader in the kernel's env
 MAX_BYTES = 32 * 2**20                   # one probe's data, serialized: more is refused
 MAX_MESSAGE = 300                        # characters kept of an exception's message
 _RAISED_KEY = "__raised__"
+SEED_VARIABLE = "COURSE_TEST_SEED"       # the secret of the hidden tests' inputs, in the kernel's environment
+_judging_seed = contextvars.ContextVar("judging_seed", default=None)   # the grader's copy, while it judges
+
+
+@functools.cache
+def _process_seed():
+    text = os.environ.get(SEED_VARIABLE, "").strip()
+    return int(text) if text.isdigit() else secrets.randbits(62)
+
+
+def secret_seed(tag=""):
+    """A seed for the hidden test ``tag``: derived from the grading run's secret (see the module's docstring)."""
+    base = _judging_seed.get()
+    base = _process_seed() if base is None else base
+    return int.from_bytes(hashlib.sha256(f"{base}:{tag}".encode()).digest()[:8], "big") >> 1
+
+
+def secret_generator(tag=""):
+    """A ``torch.Generator`` seeded with ``secret_seed(tag)``: where a hidden test draws its inputs."""
+    return torch.Generator().manual_seed(secret_seed(tag))
+
+
+@contextlib.contextmanager
+def judging_with(seed):
+    """For the grader: within the block, ``secret_seed`` derives from ``seed`` (the one the kernel was given)."""
+    token = _judging_seed.set(int(seed))
+    try:
+        yield
+    finally:
+        _judging_seed.reset(token)
 
 
 class Raised:

@@ -8,9 +8,6 @@ import contextlib
 
 import torch
 
-# The first line of every test cell: the package's finished answer fails its own exercise's tests.
-from .own_work import FinishedAnswerUsed, require_own_work  # noqa: F401
-
 # Taken when this module is imported, before any student code runs: a submission that later replaces
 # torch.allclose or isinstance (to pass every test) does not change what these checks call.
 _allclose = torch.allclose
