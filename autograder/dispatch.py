@@ -9,6 +9,7 @@ Both pools hand back results in the order they finish. On a Dask cluster a task 
 again on another worker (the scheduler's own retry, up to ``distributed.scheduler.allowed-failures``
 deaths); its result still comes back once, so each submission is recorded once.
 """
+import collections
 import concurrent.futures
 import os
 import shutil
@@ -16,6 +17,7 @@ import stat
 import tempfile
 import time
 import uuid
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
@@ -178,30 +180,66 @@ class LocalPool:
     event loops, sockets or threads, with the modules they need imported once for all (local_workers.PRELOADED)."""
 
     description = "local processes"
+    RETRIES = 2   # times a job is sent again after its worker died
 
-    def __init__(self, workers, assignment=None):
+    def __init__(self, workers, assignment=None, task=None):
         self.workers = workers
+        self.task = task or execute_submission   # what a job runs: one submission's notebooks
         # Running already when the grading command started it; else started now, not at the first submission: its
         # imports overlap the sanitizing of the first submissions.
         context = fork_server(assignment)
         # A little below the grading command's priority, kernels included: when the workers fill the cores, the
         # command still sanitizes and records submissions as they come, the one part that cannot be parallel.
-        self.executor = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=os.nice,
-                                                               initargs=(WORKER_NICENESS,))
-        self.jobs = {}
+        self.context = context
+        self.executor = self._executor()
+        self.jobs, self.arguments, self.retries = {}, {}, collections.Counter()
+
+    def _executor(self):
+        return concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=self.context, initializer=os.nice,
+                                                      initargs=(WORKER_NICENESS,))
 
     def submit(self, student, *arguments):
-        self.jobs[self.executor.submit(execute_submission, *arguments)] = student
+        self.arguments[student] = arguments
+        try:
+            future = self.executor.submit(self.task, *arguments)
+        except BrokenProcessPool:   # a worker died since the last submission: the pool starts again
+            self.executor = self._executor()
+            future = self.executor.submit(self.task, *arguments)
+        self.jobs[future] = student
 
     def completed(self, wait=True):
         """(student, future) as each finishes; ``future.result()`` raises what the task raised. Without
-        ``wait``, only those finished already."""
-        futures = concurrent.futures.as_completed(list(self.jobs)) if wait else [f for f in self.jobs if f.done()]
-        for future in futures:
-            yield self.jobs.pop(future), future
+        ``wait``, only those finished already. A worker that dies (killed for memory, say) breaks the pool and
+        every job running in it: those are sent again, up to RETRIES times each, so that one submission that kills
+        its worker fails alone, with the reason, and the others are graded."""
+        while self.jobs:
+            done = [f for f in self.jobs if f.done()]
+            if not done:
+                if not wait:
+                    return
+                concurrent.futures.wait(list(self.jobs), return_when=concurrent.futures.FIRST_COMPLETED)
+                continue
+            for future in done:
+                student = self.jobs.pop(future)
+                if isinstance(future.exception(), BrokenProcessPool) and self.retries[student] < self.RETRIES:
+                    self.retries[student] += 1
+                    self.submit(student, *self.arguments[student])
+                else:
+                    self.arguments.pop(student, None)
+                    yield student, _explained(future)
 
     def close(self):
         self.executor.shutdown(cancel_futures=True)
+
+
+def _explained(future):
+    """``future``, or one that raises why its worker died when it did (BrokenProcessPool's own message does not)."""
+    if not isinstance(future.exception(), BrokenProcessPool):
+        return future
+    failed = concurrent.futures.Future()
+    failed.set_exception(ClusterError(f"the worker grading it died ({LocalPool.RETRIES + 1} times; killed for memory "
+                                      "or by a crash), so it was not graded; the other submissions were"))
+    return failed
 
 
 class DaskPool:

@@ -5,7 +5,12 @@ The sandboxed kernel runs the cell, so the probes call the student's code and se
 cell's source (the sanitized notebook's: nbgrader restored it from the gradebook, so the student cannot have
 changed it) is compiled again without its calls, and each judge gets its probe's data, loaded with the safe
 loader. The verdict (the judge's AssertionError message, or nothing) and whatever the judges printed replace
-the cell's outputs from the kernel: a student's code can send only wrong data, never a verdict.
+the cell's outputs from the kernel: a student's code can send only wrong data, never a verdict. The judges draw
+the hidden tests' inputs from the grader's own copy of the submission's secret (``judge_cell``'s ``seed``), never
+from the kernel's.
+
+A test cell not written this way (an instructor's own plain ``assert`` cell) is not judged here: it passes or
+fails on the kernel's word, as in plain nbgrader (execute.py; ``python -m autograder grade`` names such cells).
 """
 import ast
 import base64
@@ -20,6 +25,7 @@ PROBE_MIME = "application/vnd.transformer-course.probe+base64"   # transformer_c
 JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"                           # transformer_course.probing.JUDGE_OUTSIDE
 SEED_VARIABLE = "COURSE_TEST_SEED"                               # transformer_course.probing.SEED_VARIABLE
 MAX_CELL_BYTES = 64 * 2**20   # base64 text of all the probe data one cell may send
+MAX_VERDICT = 1_000           # characters of a judge's message: it may quote data the student's code chose
 
 
 def is_judged(source):
@@ -47,6 +53,40 @@ def _run_test_call(node):
             and len(call.args) == 2 and all(isinstance(a, ast.Name) for a in call.args)):
         return None
     return call.args[0].id, call.args[1].id
+
+
+def kernel_source(source):
+    """A judged cell as the grader's kernel runs it: the bodies of the functions and classes the probes do not reach
+    (the judges and their helpers) replaced by ``pass``, every line kept in its place. The judges run in the grader
+    from the full source, so the kernel (and the student's code in it) never holds what the tests check or expect.
+    A cell that does not parse is sent as it is: it fails there, closed."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    definitions = {node.name: node for node in tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    reached = _reached([probe for node in tree.body if (pair := _run_test_call(node)) for probe in pair[:1]],
+                       definitions)
+    lines = source.splitlines(keepends=True)
+    for name, node in definitions.items():
+        if name not in reached:
+            first, last = node.body[0].lineno, node.body[-1].end_lineno
+            indent = " " * node.body[0].col_offset
+            lines[first - 1:last] = [f"{indent}pass\n"] + ["\n"] * (last - first)
+    return "".join(lines)
+
+
+def _reached(names, definitions):
+    """The names of ``definitions`` that the functions ``names`` use, directly or through one another."""
+    reached, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in reached or name not in definitions:
+            continue
+        reached.add(name)
+        todo += [n.id for n in ast.walk(definitions[name]) if isinstance(n, ast.Name)]
+    return reached
 
 
 class CellFormatError(Exception):
@@ -157,7 +197,10 @@ def _judge_one(judge, text):
     try:
         judge(found)
     except AssertionError as error:
-        return str(error) or "a test failed"
+        return str(error)[:MAX_VERDICT] or "a test failed"
+    except MemoryError:
+        return ("checking what your code returned needed more memory than the grader allows: does your code return "
+                "far more data than the test asks for?")
     except Exception as error:   # data of an unexpected form: the judge could not read it
         return (f"the test could not check what your code returned ({type(error).__name__}: "
                 f"{str(error)[:200]}): check the types and shapes your code returns")

@@ -30,19 +30,13 @@ import nbformat
 
 from .cells import exercise_of, grade_id, is_answer, is_test
 from .stripped import registry
-from .similarity import PACKAGE, add_package_answers, answer_sources, compare, release_exercises
+from .similarity import (COPY_THRESHOLD, NOT_COMPARED, PACKAGE, add_package_answers, answer_sources,  # noqa: F401
+                         compare, release_exercises)
 
 ENAME = "NotYourOwnWork"
-COPY_THRESHOLD = 0.95
 ANSWER = "<answer>"                  # the owner of the student's answer among similarity.py's Answers
 SETUP = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "math": "math"}   # the setup cell's
 NOTEBOOK_06 = ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer")
-# Exercises with about one way to write them: the course's own solution scores COPY_THRESHOLD or more against
-# the package's version, so the code cannot tell a copy from an honest answer, and they are not compared.
-# (own_work.py still refuses a verbatim copy that keeps the docstring.) tests/test_library_answers.py checks
-# that this is exactly the exercises whose solution reaches the threshold.
-NOT_COMPARED = frozenset({"target_mask", "PositionwiseFeedForward", "Encoder", "Decoder", "noam_lr", "train_step"})
-
 
 # ----------------------------------------------------------------------------- what is off-limits, where
 
@@ -128,7 +122,7 @@ def _finished(exercise):
 # (stripped.py), but plain nbgrader has it all.
 RULES += [Rule((exercise,), _finished(exercise), f"the course's finished `{exercise}`",
                "the package's version is there for the later notebooks", "here, write your own")
-          for exercises in registry()[0].values() for exercise in exercises]
+          for exercises in registry().notebooks.values() for exercise in exercises]
 
 
 # ----------------------------------------------------------------------------- what names stand for

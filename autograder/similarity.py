@@ -63,7 +63,15 @@ from .repair import RepairError, repair_notebook
 from .sandbox import package_folder
 
 PACKAGE = "<course package>"           # the reserved name of the package's finished source
+SOLUTIONS = "<course solutions>"       # the course's own answer cells (source/ASSIGNMENT: public in an open course)
+ORACLES = "<course oracles"            # "<course oracles: NAME>": a function of the hidden tests' oracles
 DEFAULT_THRESHOLD = 0.9
+COPY_THRESHOLD = 0.95                  # a student's answer this close to a public source of it is a copy
+# Exercises with about one way to write them: the course's own solution scores COPY_THRESHOLD or more against
+# the package's version, so the code cannot tell a copy from an honest answer: only the same text (comments and
+# docstrings too) is flagged as a copy there. tests/test_library_answers.py checks that this is exactly the
+# exercises whose solution reaches the threshold.
+NOT_COMPARED = frozenset({"target_mask", "PositionwiseFeedForward", "Encoder", "Decoder", "noam_lr", "train_step"})
 DEFAULT_TOP = 50                       # pairs shown per exercise on the page; the CSV has them all
 _SKIPPED = {tokenize.ENCODING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENDMARKER}
@@ -92,6 +100,11 @@ class Answer:
         return "\n".join(" ".join(line) for line in self.lines)
 
 
+def is_reference(owner):
+    """Whether an answer is one of the public sources of an answer (the package, the solutions, the oracles)."""
+    return owner.startswith("<course ")
+
+
 @dataclass
 class Exercise:
     name: str                                     # as reported: the grade_id, with the notebook if several
@@ -101,13 +114,15 @@ class Exercise:
     scaffold: Counter                             # the stub's normalised lines
     answers: list = field(default_factory=list)
     unanswered: list = field(default_factory=list)
+    notebook: str = ""                            # the release notebook's name
 
     def add(self, owner, source):
         lines, parsed = normalise(source, self.shared)
         lines = _without(lines, self.scaffold)
         if lines:
-            self.answers.append(Answer(owner, source, lines, parsed, [] if owner == PACKAGE else red_flags(source)))
-        else:
+            flags = [] if is_reference(owner) else red_flags(source)
+            self.answers.append(Answer(owner, source, lines, parsed, flags))
+        elif not is_reference(owner):
             self.unanswered.append(owner)
 
 
@@ -127,6 +142,7 @@ class Flagged:
     where: str             # the exercise, or "added cell N"
     source: str
     flags: list
+    notebook: str = ""
 
 
 @dataclass
@@ -448,10 +464,10 @@ def shared_names(release):
     return frozenset(names)
 
 
-def release_exercises(release, prefix=""):
+def release_exercises(release, prefix="", notebook=""):
     """The exercises of one release notebook, named ``prefix + grade_id``, with nothing compared yet."""
     shared = shared_names(release)
-    return [Exercise(prefix + grade_id, grade_id, stub, shared, Counter(normalise(stub, shared)[0]))
+    return [Exercise(prefix + grade_id, grade_id, stub, shared, Counter(normalise(stub, shared)[0]), notebook=notebook)
             for grade_id, stub in answer_sources(release).items()]
 
 
@@ -467,7 +483,7 @@ def submitted_answers(path, release):
     return answer_sources(submitted_notebook(path, release))
 
 
-def added_cells_flagged(owner, submitted, release, prefix=""):
+def added_cells_flagged(owner, submitted, release, prefix="", notebook=""):
     """Flagged code cells that the student added or changed outside the graded cells: they run in the
     kernel like the answers, so a hook placed there works as well."""
     known = {cell.source.strip() for cell in release.cells if cell.cell_type == "code"}
@@ -477,7 +493,7 @@ def added_cells_flagged(owner, submitted, release, prefix=""):
                 and cell.source.strip() not in known:
             flags = red_flags(cell.source)
             if flags:
-                flagged.append(Flagged(owner, f"{prefix}added cell {number}", cell.source, flags))
+                flagged.append(Flagged(owner, f"{prefix}added cell {number}", cell.source, flags, notebook))
     return flagged
 
 
@@ -494,7 +510,7 @@ def collect_answers(course, assignment):
     exercises, added, problems = [], [], []
     for notebook, release in releases.items():
         prefix = f"{notebook}: " if len(releases) > 1 else ""
-        found = release_exercises(release, prefix)
+        found = release_exercises(release, prefix, notebook)
         exercises += found
         for student in submitted_students(course, assignment):
             path = course / "submitted" / student / assignment / f"{notebook}.ipynb"
@@ -512,14 +528,14 @@ def collect_answers(course, assignment):
             answers = answer_sources(submitted)
             for exercise in found:
                 exercise.add(student, answers.get(exercise.grade_id, exercise.stub))
-            added += added_cells_flagged(student, submitted, release, prefix)
+            added += added_cells_flagged(student, submitted, release, prefix, notebook)
     return exercises, added, problems
 
 
 def flagged_cells(exercises, added):
     """Every flagged cell, by student, answers in the exercises' order, then the cells they added."""
     order = {exercise.name: i for i, exercise in enumerate(exercises)}
-    answers = [Flagged(a.owner, exercise.name, a.source, a.flags)
+    answers = [Flagged(a.owner, exercise.name, a.source, a.flags, exercise.notebook)
                for exercise in exercises for a in exercise.answers if a.flags]
     return sorted(answers + added, key=lambda f: (f.owner, order.get(f.where, len(order)), f.where))
 
@@ -530,6 +546,119 @@ def add_package_answers(exercises):
         finished = finished_source(exercise.grade_id)
         if finished is not None:
             exercise.add(PACKAGE, finished)
+
+
+def add_references(exercises, course, assignment):
+    """Add every public source of an answer to each exercise: the package's finished version (``PACKAGE``), the
+    course's own answer cell in ``source/ASSIGNMENT`` (``SOLUTIONS``) and each function of the notebook's oracles
+    (``<course oracles: NAME>``)."""
+    add_package_answers(exercises)
+    for exercise in exercises:
+        solution = _solution_answers(Path(course) / "source" / assignment / f"{exercise.notebook}.ipynb")
+        if exercise.grade_id in solution:
+            exercise.add(SOLUTIONS, solution[exercise.grade_id])
+        for name, source in oracle_sources(assignment).items():
+            exercise.add(f"{ORACLES}: {name}>", source)
+
+
+@functools.lru_cache(maxsize=None)
+def _solution_answers(path):
+    try:
+        return answer_sources(nbformat.read(str(path), as_version=4))
+    except (OSError, ValueError):
+        return {}
+
+
+@functools.lru_cache(maxsize=None)
+def oracle_sources(assignment):
+    """name -> source of each top-level function of the oracles of ``assignment`` (transformer_course/oracles,
+    the registry's module for it), read from the package's files without importing them; {} if it has none."""
+    from .stripped import registry
+
+    module = registry().test_modules.get(assignment)
+    folder = package_folder()
+    path = folder / "oracles" / f"{module}.py" if folder and module else None
+    if path is None or not path.is_file():
+        return {}
+    source = path.read_text(encoding="utf-8")
+    lines = source.splitlines(keepends=True)
+    return {node.name: textwrap.dedent("".join(lines[node.lineno - 1:node.end_lineno]))
+            for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def flag_copies(exercises, threshold=COPY_THRESHOLD):
+    """Add a red flag to every student's answer that is, or holds, a copy of a public source of the answer: the
+    same text, or (where an exercise has more than about one way to write it) a score of ``threshold`` or more;
+    each function or class the answer defines is compared too, so that an oracle pasted beside a class is seen."""
+    for exercise in exercises:
+        references = [a for a in exercise.answers if is_reference(a.owner)]
+        for answer in exercise.answers:
+            if not is_reference(answer.owner):
+                copy = _copy_of(exercise, answer, references, threshold)
+                if copy:
+                    answer.flags.append(RedFlag(0, copy))
+
+
+def _copy_of(exercise, answer, references, threshold):
+    """"a copy of REFERENCE (...)" for the closest public source ``answer`` (or a definition in it) copies."""
+    for part in [answer] + _definitions(answer, exercise.shared):
+        same = [r for r in references if _same_text(part.source, r.source)]
+        if same:
+            return f"a copy of {same[0].owner} (the same text)"
+    if exercise.grade_id in NOT_COMPARED:
+        return None
+    pairs = [compare(exercise.name, part, r, threshold) for part in [answer] + _definitions(answer, exercise.shared)
+             for r in references]
+    best = max(filter(None, pairs), key=lambda p: p.score, default=None)
+    return f"a copy of {best.b.owner} (similarity {best.score:.2f})" if best else None
+
+
+MIN_DEFINITION_TOKENS = 40   # a definition shorter than this says too little to be called a copy on its own
+
+
+def _definitions(answer, shared):
+    """The top-level functions and classes of an answer with two or more of them, as Answers of their own."""
+    try:
+        tree = ast.parse(answer.source)
+    except SyntaxError:
+        return []
+    lines = answer.source.splitlines(keepends=True)
+    nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    parts = []
+    for node in nodes if len(nodes) > 1 else []:
+        source = textwrap.dedent("".join(lines[node.lineno - 1:node.end_lineno]))
+        normalised, parsed = normalise(source, shared)
+        part = Answer(answer.owner, source, normalised, parsed)
+        if len(part.tokens) >= MIN_DEFINITION_TOKENS:
+            parts.append(part)
+    return parts
+
+
+def _same_text(a, b):
+    return " ".join(a.split()) == " ".join(b.split())
+
+
+def red_flag_counts(course, assignment, threshold=COPY_THRESHOLD):
+    """{(student, notebook): red flags} of every submission of ``assignment`` (0 where it could not be read)."""
+    try:
+        exercises, added, _ = collect_answers(Path(course), assignment)
+    except SimilarityError:
+        return Counter()
+    add_references(exercises, course, assignment)
+    flag_copies(exercises, threshold)
+    return flag_counts(exercises, added)
+
+
+def flag_counts(exercises, added):
+    """{(student, notebook): the number of red flags in that notebook's answers and added cells}."""
+    counts = Counter()
+    for exercise in exercises:
+        for answer in exercise.answers:
+            if not is_reference(answer.owner):
+                counts[answer.owner, exercise.notebook] += len(answer.flags)
+    for cell in added:
+        counts[cell.owner, cell.notebook] += len(cell.flags)
+    return counts
 
 
 @functools.lru_cache(maxsize=None)
@@ -555,11 +684,13 @@ def finished_source(name, module="__init__"):
 # ----------------------------------------------------------------------------- comparing
 
 def rank_pairs(exercise, threshold=DEFAULT_THRESHOLD):
-    """The pairs of answers scoring at least ``threshold``, most similar first. The package's answer,
-    added last, is always the pair's second."""
+    """The pairs of answers scoring at least ``threshold``, most similar first; never two references. A reference,
+    added after the students' answers, is always the pair's second."""
     pairs = []
     for i, a in enumerate(exercise.answers):
         for b in exercise.answers[i + 1:]:
+            if is_reference(a.owner) and is_reference(b.owner):
+                continue
             pair = compare(exercise.name, a, b, threshold)
             if pair is not None:
                 pairs.append(pair)
@@ -576,7 +707,7 @@ def compare(exercise, a, b, threshold):
 
 
 def _reason(matcher, a, b):
-    if " ".join(a.source.split()) == " ".join(b.source.split()):
+    if _same_text(a.source, b.source):
         why = "the same source"
     elif a.tokens == b.tokens:
         why = "the same code once names, comments and formatting are normalised"
@@ -597,7 +728,8 @@ def similarity_report(course, assignment, threshold=DEFAULT_THRESHOLD, top=DEFAU
     directory; returns ``{exercise: [Pair, ...]}`` and the submissions that could not be compared."""
     course = Path(course).resolve()
     exercises, added, problems = collect_answers(course, assignment)
-    add_package_answers(exercises)
+    add_references(exercises, course, assignment)
+    flag_copies(exercises)
     ranked = {exercise.name: rank_pairs(exercise, threshold) for exercise in exercises}
     flagged = flagged_cells(exercises, added)
     csv_path = course / f"similarity-{assignment}.csv"
@@ -653,7 +785,9 @@ def render(assignment, threshold, top, exercises, ranked, problems, flagged=()):
              "<p class='note'>A report for a person to judge, not a verdict: a short exercise has few sensible "
              "answers, and two honest students can write the same code. Names, comments, docstrings and "
              "formatting were normalised and the release's own lines removed before comparing; "
-             f"<code>{esc(PACKAGE)}</code> is the course package's finished source. Pairs scoring "
+             f"<code>{esc(PACKAGE)}</code> is the course package's finished source, <code>{esc(SOLUTIONS)}</code> the "
+             "course's own answer cell (source/), <code>&lt;course oracles: NAME&gt;</code> a function of the hidden "
+             "tests' oracles: in an open course all of them are public. Pairs scoring "
              f"{threshold:g} or more (1 = the same code), most similar first; the page shows the first {top} "
              "of each exercise, the CSV all of them.</p>"]
     if problems:
@@ -667,7 +801,7 @@ def render(assignment, threshold, top, exercises, ranked, problems, flagged=()):
 
 def _render_exercise(exercise, pairs, top):
     esc = html.escape
-    students = [a for a in exercise.answers if a.owner != PACKAGE]
+    students = [a for a in exercise.answers if not is_reference(a.owner)]
     parts = [f"<h2>{esc(exercise.name)}</h2>",
              f"<p>{len(students)} answers compared; {len(pairs)} pairs listed"
              + (f", the first {top} shown here." if len(pairs) > top else ".")

@@ -22,6 +22,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from .sandbox import package_folder
 
@@ -30,22 +31,28 @@ ORACLES = "oracles"
 
 @functools.cache
 def _registry(source):
-    """(NOTEBOOKS, FINISHED) of the exercise registry (transformer_course/exercises.py) in the package folder
-    ``source``, read without importing the package (no torch in the grader's process)."""
+    """The exercise registry (transformer_course/exercises.py) in the package folder ``source``, read without
+    importing the package (no torch in the grader's process)."""
     namespace = {}
     exec(compile((Path(source) / "exercises.py").read_text(encoding="utf-8"), "exercises.py", "exec"), namespace)
-    return namespace["NOTEBOOKS"], namespace["FINISHED"]
+    return Registry(namespace["NOTEBOOKS"], namespace["FINISHED"], namespace["TEST_MODULES"])
+
+
+class Registry(NamedTuple):
+    notebooks: dict      # assignment -> its exercises
+    finished: dict       # exercise -> "module.name" of its finished pieces in the package
+    test_modules: dict   # assignment -> the name of its probes/ and oracles/ modules
 
 
 def registry():
-    """(NOTEBOOKS, FINISHED) of the installed course package's exercise registry."""
+    """The installed course package's exercise registry."""
     return _registry(package_folder())
 
 
 def withheld(assignment, source):
     """{(module, name): (exercise, whether it is the answer itself)} of what ``assignment``'s copy withholds:
     the finished parts of its exercises and of the later notebooks', but no helper an earlier one needs."""
-    notebooks, finished = _registry(source)
+    notebooks, finished = _registry(source)[:2]
     order = list(notebooks)
     # A notebook of another name (renamed by an instructor, say) fails closed: it sees no finished exercise.
     first = order.index(assignment) if assignment in notebooks else 0

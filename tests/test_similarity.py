@@ -17,7 +17,8 @@ from grading import ROOT, ScratchCourse, colab, load_suite, with_answers
 
 import transformer_course
 from autograder.__main__ import main
-from autograder.similarity import PACKAGE, normalise, red_flags, similarity_report
+from autograder.similarity import (ORACLES, PACKAGE, SOLUTIONS, is_reference, normalise, oracle_sources, red_flag_counts,
+                                   red_flags, similarity_report)
 
 ASSIGNMENT = "05_layer_norm_feed_forward"
 WRONG, UNUSUAL = load_suite(ASSIGNMENT)
@@ -203,10 +204,15 @@ def test_unanswered_cells_pair_with_nothing(report):
 def test_every_answer_is_compared_even_from_colab_or_with_a_syntax_error(report):
     _, _, rows, _ = report
     students = {"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "mallory"}
+    oracles = {f"{ORACLES}: {name}>" for name in oracle_sources(ASSIGNMENT)}
+    assert len(oracles) > 5
     for exercise in ("LayerNorm", "PositionwiseFeedForward"):
         named = {r["student_a"] for r in pairs(rows, exercise)} | {r["student_b"] for r in pairs(rows, exercise)}
-        assert named == students | {PACKAGE} | ({"ken"} if exercise == "LayerNorm" else set())
-    assert len(pairs(rows, "LayerNorm")) == 12 * 11 // 2      # eleven students and the package, every pair
+        assert named == students | {PACKAGE} | oracles | ({"ken"} if exercise == "LayerNorm" else set())
+    # eleven students, every pair of them and each with every reference (no solutions: the course has no source/);
+    # never two references
+    assert len(pairs(rows, "LayerNorm")) == 11 * 10 // 2 + 11 * (1 + len(oracles))
+    assert not any(is_reference(r["student_a"]) and is_reference(r["student_b"]) for r in rows)
     assert any("ken: a syntax error" in r["reason"] for r in pairs(rows, "LayerNorm"))
 
 
@@ -305,7 +311,7 @@ def test_the_pairs_show_their_red_flags(report):
     flags = row["red_flags_a"] if row["student_a"] == "mallory" else row["red_flags_b"]
     at = line_of(MALLORY["LayerNorm"], "_getframe")
     assert flags == f"frame: f_locals (line {at}); frame: sys._getframe (line {at})"   # by line, then label
-    others = [r for r in rows if "mallory" not in (r["student_a"], r["student_b"])]
+    others = [r for r in rows if not {"mallory", "grace"} & {r["student_a"], r["student_b"]}]
     assert others and not any(r["red_flags_a"] or r["red_flags_b"] for r in others)
     assert "red flags: frame: f_locals" in html
 
@@ -319,7 +325,31 @@ def test_red_flags_are_listed_even_outside_every_pair(report):
     added = next(cell for _, cell, _ in flagged if cell.startswith("added cell"))
     assert flagged == {("mallory", "LayerNorm", "frame: sys._getframe"), ("mallory", "LayerNorm", "frame: f_locals"),
                        ("mallory", "PositionwiseFeedForward", "threads: threading"),
-                       ("mallory", added, "trace hook: settrace")}
+                       ("mallory", added, "trace hook: settrace"),
+                       ("grace", "LayerNorm", f"a copy of {PACKAGE} (similarity 1.00)")}
     page = (root / f"similarity-{ASSIGNMENT}.html").read_text(encoding="utf-8")
     section = page.split("<h2>Red flags</h2>")[1].split("<h2>")[0]
     assert section.count("<b>mallory</b>") == 3 and "sys.settrace(lambda *args: None)" in section
+
+
+# ----------------------------------------------------------------------------- copies of the public sources
+
+def test_copies_of_the_solutions_and_of_the_oracles_are_red_flags(tmp_path):
+    """In an open course the solutions and the hidden tests' oracles are public: an answer copied from either is
+    flagged as such (the same text for an exercise with about one way to write it), and counted per notebook."""
+    course = ScratchCourse(tmp_path, ASSIGNMENT)   # from solutions/: the course has source/, as an instructor's does
+    solution = {c.metadata.nbgrader["grade_id"]: c.source for c in course.solution.cells
+                if c.metadata.get("nbgrader", {}).get("solution")}
+    oracle_name, oracle = max(oracle_sources(ASSIGNMENT).items(), key=lambda item: len(item[1]))
+    course.submit("copier", with_answers(course.release, solution))
+    course.submit("honest", with_answers(course.release, HEIDI))
+    course.submit("oracle", with_answers(course.release, {"LayerNorm": HEIDI["LayerNorm"] + "\n\n" + oracle}))
+    counts = red_flag_counts(course.root, ASSIGNMENT)
+    assert counts["copier", ASSIGNMENT] == 2 and counts["honest", ASSIGNMENT] == 0 and counts["oracle", ASSIGNMENT] == 1
+    similarity_report(course.root, ASSIGNMENT, log=lambda line: None)
+    with open(course.root / f"redflags-{ASSIGNMENT}.csv", newline="", encoding="utf-8") as file:
+        flagged = {(r["student"], r["cell"], r["red_flag"]) for r in csv.DictReader(file)}
+    assert ("copier", "LayerNorm", f"a copy of {SOLUTIONS} (the same text)") in flagged
+    assert ("copier", "PositionwiseFeedForward", f"a copy of {SOLUTIONS} (the same text)") in flagged
+    assert not any(student == "honest" for student, _, _ in flagged)
+    assert ("oracle", "LayerNorm", f"a copy of {ORACLES}: {oracle_name}> (the same text)") in flagged

@@ -17,6 +17,22 @@ NOTEBOOKS = {
     "08_decoding_bleu": ("greedy_decode", "beam_search", "corpus_bleu"),
     "09_gpt": ("apply_rope", "CausalSelfAttention", "GPT", "lm_loss", "adamw_param_groups", "warmup_cosine_lr",
                "sample_next", "generate"),
+    "10_pretrain_finetune": ("pack_sequences", "document_mask", "sft_example", "sft_loss", "LoRALinear", "add_lora"),
+}
+
+# assignment -> the name of its modules in the hidden tests' kit: transformer_course/probes/<name>.py (the kernel's
+# half) and transformer_course/oracles/<name>.py (the judges'; 01 has none).
+TEST_MODULES = {
+    "01_positional_encoding": "positional_encoding",
+    "02_attention": "attention",
+    "03_masking": "masking",
+    "04_multi_head_attention": "multi_head",
+    "05_layer_norm_feed_forward": "layer_norm",
+    "06_transformer": "transformer",
+    "07_training": "training",
+    "08_decoding_bleu": "decoding",
+    "09_gpt": "gpt",
+    "10_pretrain_finetune": "finetune",
 }
 
 FINISHED = {
@@ -53,6 +69,12 @@ FINISHED = {
     "sample_next": ("gpt.sample_next", "decoding.sampling_distribution", "decoding.top_k_filter",
                     "decoding.top_p_filter"),
     "generate": ("gpt.generate",),
+    "pack_sequences": ("finetune.pack_sequences",),
+    "document_mask": ("finetune.document_mask",),
+    "sft_example": ("finetune.sft_example",),
+    "sft_loss": ("finetune.sft_loss",),
+    "LoRALinear": ("finetune.LoRALinear",),
+    "add_lora": ("finetune.add_lora",),
 }
 
 

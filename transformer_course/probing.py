@@ -32,6 +32,7 @@ import functools
 import hashlib
 import io
 import os
+import re
 import secrets
 import zipfile
 
@@ -40,7 +41,10 @@ import torch
 PROBE_MIME = "application/vnd.transformer-course.probe+base64"
 JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"   # set by the grader in the kernel's environment
 MAX_BYTES = 32 * 2**20                   # one probe's data, serialized: more is refused
-MAX_MESSAGE = 300                        # characters kept of an exception's message
+MAX_MESSAGE = 200                        # characters kept of an exception's message
+MAX_TENSOR_BYTES = 2 * MAX_BYTES         # the values of all of one probe's tensors, loaded
+MAX_NODES = 100_000                      # containers, numbers and strings in one probe's data, as restored
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _RAISED_KEY = "__raised__"
 SEED_VARIABLE = "COURSE_TEST_SEED"       # the secret of the hidden tests' inputs, in the kernel's environment
 _judging_seed = contextvars.ContextVar("judging_seed", default=None)   # the grader's copy, while it judges
@@ -75,10 +79,16 @@ def judging_with(seed):
 
 
 class Raised:
-    """An exception raised by the student's code, kept as data: its type's name and message."""
+    """An exception raised by the student's code, kept as data: its type's name and message.
+
+    Both are of the student's choosing and may reach a feedback page, so they travel in a short, checked form: a
+    type name that is an identifier of at most 40 characters (else "Exception"), a message of at most MAX_MESSAGE
+    printable characters."""
 
     def __init__(self, type_name, message):
-        self.type_name, self.message = str(type_name), str(message)
+        type_name = str(type_name)
+        self.type_name = type_name if _IDENTIFIER.fullmatch(type_name) else "Exception"
+        self.message = "".join(c if c.isprintable() or c == "\n" else "?" for c in str(message)[:MAX_MESSAGE])
 
     @classmethod
     def of(cls, error):
@@ -180,33 +190,76 @@ class ProbeDataError(ValueError):
 
 
 def unpack(data, limit=MAX_BYTES):
-    """Bytes from ``pack`` back to data, with a loader that runs no code; ``Raised`` records restored."""
+    """Bytes from ``pack`` back to data, with a loader that runs no code; ``Raised`` records restored. Refused
+    (ProbeDataError) before anything reads it whole: data over ``limit``, an archive whose records are compressed,
+    overlap or add up to more than ``limit``, tensors that are not dense (a stride-0 view of a few bytes can stand
+    for terabytes) or hold more than MAX_TENSOR_BYTES, and more than MAX_NODES values (shared containers would
+    be copied once per reference)."""
     if len(data) > limit:
         raise ProbeDataError(f"{len(data)} bytes of probe data, more than the {limit} allowed")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            entries = archive.infolist()
-    except zipfile.BadZipFile as error:
-        raise ProbeDataError(f"not torch.save data ({error})") from None
-    # torch.save stores without compression: a compressed entry could expand far past the limit.
-    if any(e.compress_type != zipfile.ZIP_STORED or e.file_size > limit for e in entries):
-        raise ProbeDataError("compressed or oversized entries in the probe data")
+    _check_archive(data, limit)
     try:
         loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:   # the safe unpickler refuses anything but plain data
         raise ProbeDataError(f"not plain data ({type(error).__name__}: {str(error)[:200]})") from None
-    return _restore(loaded)
+    return _restore(loaded, _Budget())
 
 
-def _restore(value):
+def _check_archive(data, limit):
+    """torch.save writes one uncompressed record after another: anything else is refused unread."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            entries = sorted(archive.infolist(), key=lambda e: e.header_offset)
+    except (zipfile.BadZipFile, ValueError) as error:
+        raise ProbeDataError(f"not torch.save data ({error})") from None
+    if any(e.compress_type != zipfile.ZIP_STORED for e in entries) or sum(e.file_size for e in entries) > limit:
+        raise ProbeDataError("compressed or oversized records in the probe data")
+    for before, after in zip(entries, entries[1:]):
+        if after.header_offset < before.header_offset + len(before.filename) + 30 + before.compress_size:
+            raise ProbeDataError("overlapping records in the probe data")
+
+
+class _Budget:
+    """What one probe's data may hold once restored."""
+
+    def __init__(self):
+        self.nodes, self.tensor_bytes = 0, 0
+
+    def count(self, value):
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            raise ProbeDataError(f"more than {MAX_NODES} values in the probe data")
+        if isinstance(value, torch.Tensor):
+            _check_dense(value)
+            self.tensor_bytes += value.numel() * value.element_size()
+            if self.tensor_bytes > MAX_TENSOR_BYTES:
+                raise ProbeDataError(f"tensors of more than {MAX_TENSOR_BYTES} bytes in the probe data")
+
+
+def _check_dense(tensor):
+    """A tensor whose elements each have storage of their own, all of it within its storage."""
+    if type(tensor) is not torch.Tensor:
+        raise ProbeDataError(f"a tensor of type {type(tensor).__name__} in the probe data")
+    expected = 1
+    for stride, size in sorted((s, n) for s, n in zip(tensor.stride(), tensor.shape) if n != 1):
+        if stride != expected:
+            raise ProbeDataError("a tensor in the probe data is not dense (its elements share storage)")
+        expected *= size
+    end = (tensor.storage_offset() + tensor.numel()) * tensor.element_size()
+    if tensor.numel() and end > tensor.untyped_storage().nbytes():
+        raise ProbeDataError("a tensor in the probe data reaches past its storage")
+
+
+def _restore(value, budget):
+    budget.count(value)
     if type(value) is dict:
         if set(value) == {_RAISED_KEY} and type(value[_RAISED_KEY]) is list and len(value[_RAISED_KEY]) == 2:
             return Raised(*value[_RAISED_KEY])
-        return {k: _restore(v) for k, v in value.items()}
+        return {k: _restore(v, budget) for k, v in value.items()}
     if type(value) in (list, tuple):
-        return type(value)(_restore(v) for v in value)
-    if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
-        raise ProbeDataError(f"a tensor of type {type(value).__name__} in the probe data")
+        return type(value)(_restore(v, budget) for v in value)
+    if type(value) is str and len(value) > MAX_BYTES // 4:
+        raise ProbeDataError("a string of more than a quarter of the data limit in the probe data")
     return value
 
 
