@@ -19,7 +19,7 @@ suffix (`` (1)``) are dropped, and a name that contains exactly one released not
 01_positional_encoding``) is that notebook. When one student's zip holds the same notebook more than once, the
 latest upload (the highest suffix) is collected and the others are skipped, with a line that says so.
 
-Another LMS: set ``c.FileNameCollectorPlugin.named_regexp`` (see the README); this collector then does exactly
+Another LMS: set ``c.FileNameCollectorPlugin.named_regexp`` (see docs/instructors.md); this collector then does exactly
 what nbgrader's does with it.
 """
 import os

@@ -1,5 +1,5 @@
 # nbgrader configuration of the course. The release tool (python -m autograder release) uses it, and an
-# instructor copies it into their own course directory (see the README, "For instructors").
+# instructor copies it into their own course directory (see docs/instructors.md).
 try:
     # nbgrader runs `alembic` from PATH; importing the course's tools puts the environment's scripts on PATH, so
     # that `venv/bin/nbgrader ...` works without activating the environment (autograder.tools_on_path).
@@ -20,6 +20,6 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.Execute.timeout = 600
 
 # Collecting submissions from an LMS (`nbgrader zip_collect ASSIGNMENT`): the course's collector reads the file
-# names of Canvas's and Moodle's "download all submissions" zips, late and re-uploaded ones included (see the
-# README, "For instructors", step 3, and autograder/collect.py).
+# names of Canvas's and Moodle's "download all submissions" zips, late and re-uploaded ones included (see
+# docs/instructors.md, step 3, and autograder/collect.py).
 c.ZipCollectApp.collector_plugin = "autograder.collect.LMSCollector"
