@@ -8,6 +8,7 @@ its CourseDirectory.db_url says, by default gradebook.db there):
     python -m autograder report ASSIGNMENT            the grade CSVs again, from the gradebook as it is now
     python -m autograder check NOTEBOOK.ipynb         a student's check: what the grader will make of it
     python -m autograder similarity ASSIGNMENT        near-identical answers, ranked, for a person to judge
+    python -m autograder export ASSIGNMENT --lms canvas   the grades as Canvas (or Moodle) imports them
 """
 import argparse
 import os
@@ -92,6 +93,12 @@ def build_parser():
                             help="list pairs scoring at least this, from 0 to 1 (default: %(default)s)")
     similarity.add_argument("--top", type=int, default=DEFAULT_TOP,
                             help="pairs shown per exercise on the HTML page; the CSV has all (default: %(default)s)")
+    export = commands.add_parser("export", help="write canvas-ASSIGNMENT.csv or moodle-ASSIGNMENT.csv from the grades "
+                                                "CSV and the LMS ids kept at collection")
+    export.add_argument("assignment")
+    export.add_argument("--lms", choices=["canvas", "moodle"], required=True)
+    export.add_argument("--column", help="Canvas: the assignment's name in Canvas's gradebook (default: ASSIGNMENT)")
+    export.add_argument("--course", type=Path, default=Path("."), help="course directory (default: here)")
     return parser
 
 
@@ -104,7 +111,9 @@ def main(argv=None):
         # Its local workers' fork server imports what they need (3-5 s) while this command imports and checks.
         from .local_workers import fork_server
         fork_server(args.assignment)
-    refusals = (ReleaseError, SimilarityError)
+    from .export import ExportError   # reads no nbgrader: a student's check imports it too
+
+    refusals = (ReleaseError, SimilarityError, ExportError)
     if args.command != "check":     # a student's check runs where nbgrader is not installed (Colab)
         from .grade import GradingError
 
@@ -134,6 +143,10 @@ def _run(args):
         from .grade import report_assignment
 
         report_assignment(args.course, args.assignment)
+    elif args.command == "export":         # reads the grades CSV and the collector's record only
+        from .export import export_grades
+
+        export_grades(args.course, args.assignment, args.lms, column=args.column)
     elif args.command == "similarity":     # reads release/ and submitted/ only: no gradebook, no configuration
         similarity_report(args.course, args.assignment, threshold=args.threshold, top=args.top)
     return 0

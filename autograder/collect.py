@@ -14,6 +14,15 @@ two LMSs give the files of their "download all submissions" zip:
   name, lower-cased, with ``-`` between its words (``jane-smith``); under blind marking (``Participant_1234567``)
   it is ``participant-1234567``.
 
+**Who is who.** Canvas's name part (``smithjane``) is not unique: two users may share it. The collector keeps each
+file's LMS identity (Canvas's user id, Moodle's participant id and full name, Canvas's late marker) in the course
+directory's ``.autograder/lms-students.json``, and a Canvas user keeps the student id it was first collected as,
+assignment after assignment. Namesakes (one name, two Canvas user ids; one Moodle full name, two participants)
+each get the name and their id (``smithjohn-22222``), with a warning that says so; a user already known keeps
+their id. The gradebook's student records get the LMS user id and, from Moodle, the first and last name; the
+late submissions of each assignment are listed there too, for a late policy (``python -m autograder export``
+and the grades CSV read them).
+
 The notebook's name is then matched to the release: the re-upload suffix (``-1``) and a browser's duplicate
 suffix (`` (1)``) are dropped, and a name that contains exactly one released notebook's name (``Copy of
 01_positional_encoding``) is that notebook. When one student's zip holds the same notebook more than once, the
@@ -23,59 +32,18 @@ Another LMS: set ``c.FileNameCollectorPlugin.named_regexp`` (see docs/instructor
 what nbgrader's does with it.
 """
 import os
-import re
 from pathlib import Path
 
 from nbgrader.plugins import FileNameCollectorPlugin
 
-CANVAS = re.compile(r"(?P<student>[^_/]+)(?:_late)?_\d+_\d+_(?P<file>[^/]+)", re.IGNORECASE)
-MOODLE_FILE = re.compile(r"(?P<student>[^_/]+)_\d+_assignsubmission_file_(?P<file>[^/]+)")
-MOODLE_FOLDER = re.compile(r"(?:^|/)(?P<student>[^_/]+)_(?P<id>\d+)_assignsubmission_file_?/(?:[^/]+/)*(?P<file>[^/]+)$")
-# what LMSs and browsers add to a file's name: "-1" (a Canvas re-upload), " (1)" (a second download)
-AGAIN = re.compile(r"(?:-(?P<upload>\d+)|\s*\((?P<copy>\d+)\))$")
-
-
-def lms_fields(path):
-    """(student id, the file's own name) from a submission file's path as Canvas or Moodle name it, else None."""
-    folder = MOODLE_FOLDER.search(Path(path).as_posix())
-    if folder:
-        return _moodle_student(folder["student"], folder["id"]), folder["file"]
-    for pattern, student in ((MOODLE_FILE, _moodle_student), (CANVAS, str.lower)):
-        match = pattern.fullmatch(Path(path).name)
-        if match:
-            return student(match["student"]), match["file"]
-    return None
-
-
-def _moodle_student(name, participant=""):
-    """Moodle's full name (it writes '_' in names as spaces) as a student id: 'Jane Smith' -> 'jane-smith'."""
-    words = re.findall(r"\w+", name.lower())
-    if words == ["participant"] and participant:      # blind marking: no name, only the participant's number
-        words.append(participant)
-    return "-".join(words)
-
-
-def notebook_name(filename, released):
-    """(the released notebook ``filename`` is, (whether its name was exact, the number of its upload)): the
-    suffixes an LMS or a browser adds are dropped, and a name that contains exactly one released notebook's name
-    is that notebook. The second item orders several files of one notebook: the last is the one to collect."""
-    if filename in released:
-        return filename, (True, 0)
-    stem, extension = os.path.splitext(filename)
-    again = AGAIN.search(stem)
-    upload = int(again["upload"] or again["copy"]) if again else 0
-    stem = stem[:again.start()] if again else stem
-    exact = f"{stem}{extension}" in released
-    if not exact:
-        inside = [name for name in released if os.path.splitext(name)[0] in stem]
-        stem = os.path.splitext(inside[0])[0] if len(inside) == 1 else stem
-    return f"{stem}{extension}", (exact, upload)
+from .lms import StudentRecord, lms_file, notebook_name
 
 
 class LMSCollector(FileNameCollectorPlugin):
     """Collect the files of a Canvas or Moodle zip (see the module's docstring)."""
 
     _release_names = None
+    _warned = None
 
     def collect(self, submitted_file):
         if self.named_regexp:        # the instructor's own pattern: nbgrader's rule, on the absolute path
@@ -87,23 +55,58 @@ class LMSCollector(FileNameCollectorPlugin):
             self.log.warning("Not a Canvas or Moodle submission's name, skipped: %s (set "
                              "c.FileNameCollectorPlugin.named_regexp for another LMS)", submitted_file)
             return None
-        student, notebook, order = found
+        lms, notebook, order = found
+        if notebook not in self._released():
+            self.log.warning("Skipped %s: %s is not a notebook of %s (%s)", submitted_file, notebook,
+                             self.parent.coursedir.assignment_id, ", ".join(sorted(self._released())))
+            return None
         later = [path for path in self._siblings(submitted_file)
-                 if (there := self._read(path)) and there[:2] == (student, notebook)
-                 and (there[2], path) > (order, submitted_file)]
+                 if (there := self._read(path)) and (there[0].lms, there[0].user_id, there[1]) ==
+                 (lms.lms, lms.user_id, notebook) and (there[2], path) > (order, submitted_file)]
         if later:
-            self.log.warning("Skipped %s: %s uploaded %s again, in %s", submitted_file, student, notebook,
+            self.log.warning("Skipped %s: %s uploaded %s again, in %s", submitted_file, lms.name, notebook,
                              os.path.basename(max(later)))
             return None
-        return {"student_id": student, "file_id": notebook}
+        return {"student_id": self._student(submitted_file, lms), "file_id": notebook}
+
+    def _student(self, path, found):
+        """The student id of a file, recorded with its LMS identity (and in the gradebook's student record)."""
+        namesakes = sorted({there[0].user_id for other in self._siblings(path) if (there := self._read(other))
+                            and there[0].lms == found.lms and there[0].name == found.name
+                            and there[0].user_id != found.user_id})
+        record = StudentRecord(self.parent.coursedir.root)
+        student = record.student_of(found, namesakes)
+        if namesakes and student != found.name:
+            self._warn_once(found.name, f"{len(namesakes) + 1} {found.lms.capitalize()} users are named "
+                            f"{found.name} (ids {', '.join(sorted(namesakes + [found.user_id]))}): each is collected as "
+                            f"the name and their id, here {student}")
+        record.add(student, found, self.parent.coursedir.assignment_id)
+        self._update_gradebook(student, found)
+        return student
+
+    def _warn_once(self, key, message):
+        self._warned = self._warned if self._warned is not None else set()
+        if key not in self._warned:
+            self._warned.add(key)
+            self.log.warning(message)
+
+    def _update_gradebook(self, student, found):
+        from nbgrader.api import Gradebook
+
+        names = found.full_name.split(" ", 1) if found.full_name != "Participant" else []   # blind marking: none
+        fields = {"lms_user_id": found.user_id} if found.lms == "canvas" else {}
+        if len(names) == 2:
+            fields.update(first_name=names[0], last_name=names[1])
+        with Gradebook(self.parent.coursedir.db_url) as gradebook:
+            gradebook.update_or_create_student(student, **fields)
 
     def _read(self, path):
-        """(student id, released notebook name, order) of a file (notebook_name's order), or None if the
-        LMS's name is not found."""
-        fields = lms_fields(path)
-        if fields is None:
+        """(LmsFile, released notebook name, order) of a file (notebook_name's order), or None if the LMS's
+        name is not found."""
+        found = lms_file(path)
+        if found is None:
             return None
-        return (fields[0], *notebook_name(fields[1], self._released()))
+        return (found, *notebook_name(found.file, self._released()))
 
     def _released(self):
         """The names of the assignment's released notebooks (read once)."""

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from autograder import CONFIG
-from autograder.collect import lms_fields, notebook_name
+from autograder.lms import RECORD, StudentRecord, lms_file, notebook_name
 from autograder.sandbox import sandbox_available
 from test_grader import CORRECT_ADD, answer, source_notebook
 
@@ -32,6 +32,10 @@ CANVAS = {
     "kimbo_104_9004_ps1-1.ipynb": ("kimbo", True),
     "parkmin_105_9005_ps1-2.ipynb": ("parkmin", True),     # only the re-upload is in the zip
     "nguyenan_106_9006_Copy of ps1.ipynb": ("nguyenan", True),
+    # two Canvas users of one name: two students, each collected as the name and their Canvas id
+    "smithjohn_11111_50001_ps1.ipynb": ("smithjohn-11111", True),
+    "smithjohn_22222_50002_ps1.ipynb": ("smithjohn-22222", True),
+    "otherson_107_9007_ps2.ipynb": (None, False),          # another assignment's notebook: not collected
 }
 MOODLE = {
     "Ana Lima_5001_assignsubmission_file_/ps1.ipynb": ("ana-lima", True),
@@ -41,18 +45,38 @@ MOODLE = {
 
 
 @pytest.mark.parametrize("path, student, name", [
-    *[(f"/course/downloaded/ps1/extracted/canvas/{name}", student, "ps1.ipynb") for name, (student, _) in CANVAS.items()],
+    *[(f"/course/downloaded/ps1/extracted/canvas/{name}", student.split("-")[0], "ps1.ipynb")
+      for name, (student, _) in CANVAS.items() if student],
     *[(f"/course/downloaded/ps1/extracted/moodle/{name}", student, "ps1.ipynb") for name, (student, _) in MOODLE.items()],
 ])
 def test_lms_names_give_the_student_and_the_released_notebook(path, student, name):
-    found = lms_fields(path)
-    assert found is not None and found[0] == student, found
-    assert notebook_name(found[1], {"ps1.ipynb"})[0] == name
+    found = lms_file(path)
+    assert found is not None and found.name == student, found
+    assert notebook_name(found.file, {"ps1.ipynb"})[0] == name
+
+
+def test_the_lms_identity_is_kept():
+    canvas = lms_file("/x/doejohn_late_102_9002_ps1.ipynb")
+    assert (canvas.lms, canvas.user_id, canvas.late) == ("canvas", "102", True)
+    moodle = lms_file("/x/Ana Lima_5001_assignsubmission_file_/ps1.ipynb")
+    assert (moodle.lms, moodle.user_id, moodle.full_name, moodle.late) == ("moodle", "5001", "Ana Lima", False)
+
+
+def test_a_canvas_user_keeps_their_student_id_and_a_later_namesake_gets_their_own(tmp_path):
+    record = StudentRecord(tmp_path)
+    first = lms_file("/x/smithjohn_11111_50001_ps1.ipynb")
+    assert record.student_of(first, namesakes=[]) == "smithjohn"
+    record.add("smithjohn", first, "ps1")
+    again = StudentRecord(tmp_path)   # the next assignment, read back from the course directory
+    assert again.student_of(lms_file("/x/smithjohn_11111_60001_ps2.ipynb"), namesakes=["22222"]) == "smithjohn"
+    assert again.student_of(lms_file("/x/smithjohn_22222_60002_ps2.ipynb"), namesakes=["11111"]) == "smithjohn-22222"
+    assert again.student_of(lms_file("/x/smithjohn_33333_60003_ps2.ipynb"), namesakes=[]) == "smithjohn-33333"
+    assert (tmp_path / RECORD).is_file()
 
 
 def test_names_of_no_lms_and_unreleased_notebooks_are_left_alone():
-    assert lms_fields("/course/downloaded/ps1/extracted/ps1.ipynb") is None
-    assert lms_fields("/course/downloaded/ps1/extracted/my_notes_2.ipynb") is None
+    assert lms_file("/course/downloaded/ps1/extracted/ps1.ipynb") is None
+    assert lms_file("/course/downloaded/ps1/extracted/my_notes_2.ipynb") is None
     assert notebook_name("scratch.ipynb", {"ps1.ipynb"})[0] == "scratch.ipynb"
     assert notebook_name("ps-1.ipynb", {"ps-1.ipynb"}) == ("ps-1.ipynb", (True, 0))   # a name that ends in -1 itself
 
@@ -84,8 +108,13 @@ def test_canvas_and_moodle_zips_are_collected_and_every_student_graded(tmp_path)
     zip_of(archive / "canvas.zip", {name: right if graded else wrong for name, (_, graded) in CANVAS.items()})
     first = zip_collect(root)
     assert first.returncode == 0, first.stderr
-    canvas = sorted({student for student, _ in CANVAS.values()})
+    canvas = sorted({student for student, _ in CANVAS.values() if student})
     assert sorted(p.name for p in (root / "submitted").iterdir()) == canvas, first.stderr
+    assert "2 Canvas users are named smithjohn (ids 11111, 22222)" in first.stderr
+    assert "ps2.ipynb is not a notebook of ps1" in first.stderr
+    record = StudentRecord(root)
+    assert record.late("ps1") == ["doejohn", "leeann"]
+    assert record.students["smithjohn-22222"] == {"lms": "canvas", "user_id": "22222", "name": "smithjohn"}
 
     # Later, Moodle's zip joins it (say, a second group): the second run needs --force, as the README says.
     zip_of(archive / "moodle.zip", {name: right for name in MOODLE})
@@ -102,6 +131,9 @@ def test_canvas_and_moodle_zips_are_collected_and_every_student_graded(tmp_path)
     assert graded.stdout.strip().splitlines()[-1] == f"{len(students)} graded, 0 failed", graded.stdout
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        assert gradebook.find_student("smithjohn-11111").lms_user_id == "11111"
+        assert (gradebook.find_student("ana-lima").first_name, gradebook.find_student("ana-lima").last_name) == \
+            ("Ana", "Lima")
         for student in students:
             submission = gradebook.find_submission_notebook(ASSIGNMENT, ASSIGNMENT, student)
             scores = {g.name: g.score for g in submission.grades if g.cell_type == "code"}
