@@ -79,6 +79,9 @@ WRONG = [
     Answer("split_heads", "swaps n_heads and d_k in the view",
            SPLIT.format(check=CHECK, split="x.view(batch, length, d_k, n_heads).transpose(1, 2)"),
            "n_heads and d_k are swapped"),
+    Answer("split_heads", "detaches its result (no gradient reaches the projections)",
+           SPLIT.format(check=CHECK, split="x.detach().view(batch, length, n_heads, d_k).transpose(1, 2)"),
+           "is the result detached?"),
     Answer("split_heads", "never checks divisibility (view raises RuntimeError)",
            SPLIT.format(check="pass", split="x.view(batch, length, n_heads, d_k).transpose(1, 2)"),
            "should raise ValueError"),
@@ -93,6 +96,8 @@ WRONG = [
            MERGE.format(merge="x.transpose(1, 2).view(batch, length, n_heads * d_k)"), "not contiguous"),
     Answer("merge_heads", "interleaves the heads (head index last)",
            MERGE.format(merge="x.permute(0, 2, 3, 1).reshape(batch, length, n_heads * d_k)"), "interleaved"),
+    Answer("merge_heads", "detaches its result",
+           MERGE.format(merge="x.detach().transpose(1, 2).reshape(batch, length, n_heads * d_k)"), "is the result detached?"),
     Answer("merge_heads", "transposes but never flattens the heads",
            MERGE.format(merge="x.transpose(1, 2).contiguous()"), "the heads are not flattened"),
     # MultiHeadAttention
@@ -275,4 +280,20 @@ class MultiHeadAttention(nn.Module):
             mask=mask, dropout=self.dropout)
         return self.w_o(merge_heads(out))
 '''),
+    # The tests give MultiHeadAttention stand-ins of split_heads and merge_heads (they negate some features and restore
+    # them); answers that call one of them and reshape inline elsewhere are right too.
+    Answer("MultiHeadAttention", "split_heads for q, k and v, the heads merged inline (the Annotated Transformer's view)",
+           mha(output="self.w_o(heads.transpose(1, 2).contiguous().view(heads.size(0), -1, heads.size(1) * heads.size(3)))")),
+    Answer("MultiHeadAttention", "heads cut inline, merged with merge_heads",
+           mha().replace("split_heads(self.w_q(query), self.n_heads)",
+                         "self.w_q(query).view(query.size(0), -1, self.n_heads, self.d_k).transpose(1, 2)")
+                .replace("split_heads(self.w_k(key), self.n_heads)",
+                         "self.w_k(key).view(key.size(0), -1, self.n_heads, self.d_k).transpose(1, 2)")
+                .replace("split_heads(self.w_v(value), self.n_heads)",
+                         "self.w_v(value).view(value.size(0), -1, self.n_heads, self.d_k).transpose(1, 2)")),
+    Answer("MultiHeadAttention", "queries cut with split_heads, keys and values inline, the heads merged inline",
+           mha(output="self.w_o(heads.transpose(1, 2).flatten(2))")
+           .replace("split_heads(self.w_k(key), self.n_heads)", "self.w_k(key).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)")
+           .replace("split_heads(self.w_v(value), self.n_heads)",
+                    "self.w_v(value).unflatten(-1, (self.n_heads, -1)).transpose(1, 2)")),
 ]

@@ -8,9 +8,6 @@ PyTorch's dropout drawn from the same random numbers. Neither is the course's so
 that a message can name the mistake. Every check takes what the student's module returned (the data its probe
 sent, in notebook 05's judged test cells) and what the module held: its weights (the module itself, or
 ``feed_forward_with`` of the weights the probe copied into it) or its gradients.
-
-The functions that compute an answer (the standardisation, the feed-forward network) are helpers of their
-exercise in own_work's table: during its tests an answer that calls them is refused.
 """
 from types import SimpleNamespace
 
@@ -220,5 +217,17 @@ def check_feed_forward_float64(out, ffn, x, what):
     testing.assert_close(out, _network(ffn, x), what, atol=1e-10, rtol=1e-10, dtype=torch.float64)
 
 
-ANSWER_HELPERS = {"LayerNorm": (_standardised, _value_mistakes),
-                  "PositionwiseFeedForward": (_network, _dropout_mask)}
+def check_feed_forward_parts(found, weights, x, hidden, ones, p, seed, what):
+    """The structure test's values, from what probes.layer_norm.feed_forward_parts recorded: linear1 and linear2,
+    holding ``weights``, compute x W1ᵀ + b1 and hidden W2ᵀ + b2; dropout keeps of ``ones`` what F.dropout with ``p``
+    keeps with the same random numbers."""
+    returned(found["loaded"], f"giving {what} the test's weights")
+    for name, inputs in (("linear1", x), ("linear2", hidden)):
+        expected = inputs @ weights[f"{name}.weight"].T + weights[f"{name}.bias"]
+        testing.assert_close(returned(found[name], f"{what}.{name}(x)"), expected, f"{what}.{name}(x), given the test's "
+                             "weights,", atol=1e-5, rtol=1e-5,
+                             mistakes={"the bias is not added": expected - weights[f"{name}.bias"]})
+    with testing.same_random_numbers(seed):
+        kept = F.dropout(ones, p)
+    testing.assert_close(returned(found["dropout"], f"{what}.dropout in train mode"), kept, f"{what}.dropout in train mode",
+                         atol=1e-6, rtol=1e-6)

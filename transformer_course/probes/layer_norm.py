@@ -2,7 +2,7 @@
 
 Nothing here knows an expected value. It draws the weights a test copies into the student's module (from a
 seeded generator, so the judge draws the same ones), copies them in, and reads what the judges need of a
-module: its structure as plain data, its gradients after a backward pass.
+module: its structure as plain data, what its parts compute, its gradients after a backward pass.
 """
 import math
 
@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from ..probing import attempt
+from ..testing import same_random_numbers
 
 LAYER_NORM_TENSORS = ("gamma", "beta")
 FEED_FORWARD_LAYERS = ("linear1", "linear2")
@@ -90,3 +91,15 @@ def gradients(module, x, upstream, names, *others):
     with torch.no_grad():
         outputs = [attempt(module, other) for other in others]
     return {"out": out, "backward": backward, "grads": grads, "others": outputs}
+
+
+def feed_forward_parts(module, weights, x, hidden, ones, seed):
+    """For the structure tests: what the student's linear1 gives ``x`` and its linear2 gives ``hidden`` once they hold
+    ``weights`` (``feed_forward_weights``), and what its dropout keeps of ``ones`` in train mode with the random numbers
+    of ``seed``: each a Raised where it failed."""
+    found = {"loaded": attempt(loaded, module, weights)}
+    found["linear1"] = attempt(lambda: module.linear1(x))
+    found["linear2"] = attempt(lambda: module.linear2(hidden))
+    with same_random_numbers(seed):
+        found["dropout"] = attempt(lambda: module.dropout.train()(ones))
+    return found

@@ -1,10 +1,11 @@
-"""Notebook 04: what the probes of MultiHeadAttention's tests do in the kernel, and the weights they share with the
-judges.
+"""Notebook 04: what the probes of MultiHeadAttention's tests do in the kernel, and the weights and stand-ins they share
+with the judges.
 
-Nothing here knows an expected value. The probes build the student's module with the course's finished
-split_heads, merge_heads and scaled_dot_product_attention in the notebook's namespace (so that a mistake in those
-costs points in their own tests only), give it weights drawn from a seed (``seeded_weights``: the judge draws the
-same ones for its own copy, ``stand_in``), run it and hand back plain data: outputs, ``attn``, what its attributes are.
+Nothing here knows an expected value. The probes build the student's module with test doubles of split_heads and
+merge_heads in the notebook's namespace (``split_double``, ``merge_double``: not answers, see ``head_signs``) and the
+course's finished scaled_dot_product_attention (notebook 02's), so that a mistake in those costs points in their own
+tests only. They give it weights drawn from a seed (``seeded_weights``: the judge draws the same ones for its own copy,
+``stand_in``), run it and hand back plain data: outputs, ``attn``, what its attributes are.
 """
 import contextlib
 import math
@@ -12,9 +13,9 @@ import math
 import torch
 from torch import nn
 
-from .. import attention as finished
 from .. import testing
-from ..probing import Raised, attempt
+from ..attention import scaled_dot_product_attention
+from ..probing import Raised, attempt, secret_generator
 
 LAYERS = ("w_q", "w_k", "w_v", "w_o")
 
@@ -72,27 +73,58 @@ def give_weights(mha, d_model, seed):
 EXTRA_DIMENSION = "more dimensions than [B, H, Tq, d_k]"
 
 
-def _merge_heads(x):
-    """The course's merge_heads, for the student's forward. Heads of another rank are named as what the student's
-    code gave it (the finished version's own message names its argument x, which the student never wrote)."""
+def head_signs(n_heads, d_k):
+    """[n_heads, 1, d_k] of +1 and -1 (at least one -1), drawn from the secret for heads of this size: the features the
+    stand-ins below negate. Attention is blind to them when split and merge are both the stand-ins: the signs cancel
+    in every query-key product, and merge_double takes them off the heads' outputs again."""
+    g = secret_generator(f"04 split and merge stand-ins {n_heads}x{d_k}")
+    signs = 1 - 2 * torch.randint(0, 2, (n_heads * d_k,), generator=g)
+    if n_heads * d_k and (signs > 0).all():
+        signs[torch.randint(0, n_heads * d_k, (1,), generator=g)] = -1
+    return signs.reshape(n_heads, 1, d_k)
+
+
+def feature_signs(d_model, n_heads):
+    """``head_signs`` as a [d_model] vector of the merged features (head h's at h*d_k:(h+1)*d_k)."""
+    return head_signs(n_heads, d_model // n_heads).reshape(d_model)
+
+
+def split_double(x, n_heads):
+    """A stand-in for split_heads in the tests of MultiHeadAttention (not an answer): [B, T, D] -> [B, n_heads, T, d_k],
+    head h holding features h*d_k:(h+1)*d_k with the signs of ``head_signs`` (laid out in memory as split_heads's
+    view and transpose lay them)."""
+    d_model = x.shape[-1]
+    if d_model % n_heads:
+        raise ValueError(f"the test's split_heads cannot cut {d_model} features into {n_heads} heads")
+    d_k = d_model // n_heads
+    heads = x.unflatten(-1, (n_heads, d_k)).transpose(1, 2)
+    return heads * head_signs(n_heads, d_k).to(dtype=x.dtype, device=x.device)
+
+
+def merge_double(x):
+    """The stand-in for merge_heads that undoes ``split_double`` (not an answer): [B, H, T, d_k] -> [B, T, H * d_k],
+    the signs of ``head_signs`` taken off. Heads of another rank are named as what the student's code gave it."""
     if x.dim() != 4:
         raise ValueError(f"the heads given to merge_heads have shape {list(x.shape)}, "
                          + (EXTRA_DIMENSION if x.dim() > 4 else "not [B, H, Tq, d_k]"))
-    return finished.merge_heads(x)
+    batch, n_heads, length, d_k = x.shape
+    unsigned = x * head_signs(n_heads, d_k).to(dtype=x.dtype, device=x.device)
+    return unsigned.transpose(1, 2).reshape(batch, length, n_heads * d_k)
 
 
 @contextlib.contextmanager
-def finished_parts(namespace):
-    """The course's finished split_heads, merge_heads and scaled_dot_product_attention in the notebook."""
-    with testing.substituted(namespace, split_heads=finished.split_heads, merge_heads=_merge_heads,
-                             scaled_dot_product_attention=finished.scaled_dot_product_attention):
+def stand_ins(namespace):
+    """The stand-ins of split_heads and merge_heads, and the course's finished scaled_dot_product_attention (notebook
+    02's), in the notebook."""
+    with testing.substituted(namespace, split_heads=split_double, merge_heads=merge_double,
+                             scaled_dot_product_attention=scaled_dot_product_attention):
         yield
 
 
 def built(namespace, answer, d_model, n_heads, seed, dropout=0.0):
-    """(module, layout): the student's class built with the finished parts in place, holding the seeded weights;
+    """(module, layout): the student's class built with the stand-ins in place, holding the seeded weights;
     a Raised in place of both when it cannot be built, in place of the layout when it cannot take the weights."""
-    with finished_parts(namespace):
+    with stand_ins(namespace):
         mha = attempt(answer, d_model, n_heads, dropout=dropout)
     if isinstance(mha, Raised):
         return mha, mha
@@ -100,13 +132,13 @@ def built(namespace, answer, d_model, n_heads, seed, dropout=0.0):
 
 
 def forward(namespace, mha, *args, training=None):
-    """The student's forward with the finished parts in place, in train mode or eval mode if ``training`` is given
+    """The student's forward with the stand-ins in place, in train mode or eval mode if ``training`` is given
     (or the Raised that stood for the module)."""
     if isinstance(mha, Raised):
         return mha
     if training is not None:
         mha.train(training)
-    with finished_parts(namespace):
+    with stand_ins(namespace):
         return attempt(mha, *args)
 
 
@@ -153,3 +185,15 @@ def described(mha):
             "registered": {name: isinstance(getattr(mha, name, None), nn.Linear)
                            and id(getattr(mha, name).weight) in parameters for name in LAYERS},
             "parameters": [[name, list(p.shape)] for name, p in mha.named_parameters()]}
+
+
+def layer_outputs(mha, d_model, seed, x, ones):
+    """For the structure test: what the student's w_q, w_k, w_v and w_o give ``x`` once they hold the seeded weights of
+    ``seed``, and what its `dropout` keeps of ``ones`` in train mode with the random numbers of ``seed``."""
+    if isinstance(mha, Raised):
+        return mha
+    found = {"layout": attempt(give_weights, mha, d_model, seed)}
+    found["layers"] = {name: attempt(lambda: getattr(mha, name)(x)) for name in LAYERS}
+    with testing.same_random_numbers(seed):
+        found["dropout"] = attempt(lambda: mha.dropout.train()(ones))
+    return found
