@@ -6,14 +6,18 @@ output (so nbgrader gives it 0 points) and the kernel is interrupted, or replace
 the cells that had worked before are re-run silently; then the next cell runs as usual. A sandboxed kernel is
 forked, ready, from a kernel server that has ipykernel, torch and the course imported (kernel_server.py).
 
-The notebook never goes to disk where the kernel could see it: it holds the hidden tests. Before the
-first cell a guard (kernel_guard.py) captures the original objects of builtins, torch, numpy, math, the
-course package and the kernel's own error machinery; after every cell, and again before every graded test
-cell, it puts back whatever the cell replaced. A graded test cell after which something had to be put back
-gets a ``Tampering`` error, since it may have passed only thanks to the replacement. A test cell passes
-only if the kernel's reply says so too: an error the kernel was made not to show still counts.
+The notebook never goes to disk where the kernel could see it: it holds the hidden tests. Nothing in the kernel
+watches or repairs what a student's code does there: what the sandbox's file system holds (no hidden test, no
+finished answer of the notebook's exercises: stripped.py) and the secret inputs decide:
+
+* a test cell written as probe and judge (judging.py) is judged here, in the grader's process: the kernel only
+  sends data, and the hidden tests' inputs come from a secret drawn per submission (``COURSE_TEST_SEED`` in the
+  kernel's environment) that the judges draw again from the grader's own copy, so a recorded or made-up payload
+  cannot pass;
+* any other test cell (an instructor's own plain ``assert`` cell) passes or fails on the kernel's word, as in
+  plain nbgrader (grade.py names such cells when it grades): a cell whose reply says it failed gets an error even
+  if the kernel was made not to show one, and that is all the grader can tell of it.
 """
-import ast
 import copy
 import json
 import os
@@ -26,33 +30,28 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from queue import Empty
 
 import nbformat
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .cells import is_locked_setup, is_test
-from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, is_judged, judge_cell, take_probe_data
+from .cells import is_test
+from .judge_process import JudgeProcess
+from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, SEED_VARIABLE, is_judged, kernel_source, take_probe_data
 from .kernel_server import ForkServerError, forget, server_for
 from .sandbox import FILES_DO_NOT_FIT, hand_over, kernel_environment, limited_command, sandbox_command
 
 STARTUP_TIMEOUT = 60   # seconds a new kernel gets to answer
 INTERRUPT_GRACE = 3    # seconds an interrupted cell gets to stop before its kernel is killed
-CHECK_TIMEOUT = 10     # seconds for the guard's silent check (may run a little past the notebook's time)
-GUARD_BROKEN = "the grader's tamper check"
+MAX_REPLY = 1_000      # characters of an error's message taken from the kernel's reply, when no error was shown
 
 
 @dataclass
 class Problem:
     index: int     # the cell, in nb.cells
-    kind: str      # timeout, output-limit, kernel-died, tampering, restart, not-run
+    kind: str      # timeout, output-limit, kernel-died, restart, not-run
     message: str
-
-
-# The guard's source, executed in the kernel (never imported here): see kernel_guard.py.
-GUARD_SOURCE = Path(__file__).with_name("kernel_guard.py").read_text(encoding="utf-8")
 
 
 class KernelStartError(RuntimeError):
@@ -110,10 +109,10 @@ class _Kernel:
     def usable(self):
         return self.alive and self.pending is None
 
-    def run(self, code, timeout, on_output=None, silent=False, user_expressions=None):
+    def run(self, code, timeout, on_output=None, silent=False):
         """Run ``code``: "ok", "error", "timeout", "output-limit" (``on_output`` said stop) or "died"."""
         msg_id = self.client.execute(code, silent=silent, store_history=not silent, allow_stdin=False,
-                                     user_expressions=user_expressions or {}, stop_on_error=False)
+                                     stop_on_error=False)
         return self._wait(msg_id, time.monotonic() + timeout, on_output)
 
     def _wait(self, msg_id, until, on_output=None):
@@ -275,22 +274,28 @@ def _error(ename, evalue):
 class _Runner:
     """Runs a notebook's code cells one by one, replacing the kernel whenever a cell breaks it."""
 
-    def __init__(self, workdir, limits, env, sandbox, package=None, fork=True, preload=()):
+    def __init__(self, workdir, limits, env, sandbox, package=None, fork=True, preload=(), seed=None):
         self.workdir, self.limits, self.env, self.sandbox, self.fork = workdir, limits, env, sandbox, fork
+        # The secret the hidden tests draw their inputs from: the kernel gets it in its environment (a fork server
+        # serves every submission, so not in the server's), the judges here.
+        if seed is None:   # COURSE_TEST_SEED in the grader's own environment: a run the tests can repeat
+            seed = int(os.environ[SEED_VARIABLE]) if os.environ.get(SEED_VARIABLE, "").isdigit() else secrets.randbits(62)
+        self.seed = seed
+        self.kernel_env = {**env, SEED_VARIABLE: str(self.seed)}
         self.package = package   # the course package's copy the sandbox shows (stripped.py), or None
         self.preload = tuple(preload)   # what the kernel server imports besides its own list
         self.deadline = time.monotonic() + limits.total_timeout
         self.kernel = None
         self.completed = []   # sources of the cells that ran without error: re-run after a restart
         self.count = 0        # execution counts go on across restarts
-        self.ready_for_test = None  # the test cell the last check prepared (its builtins unshadowed)
         self.problems = []
+        self.judges = JudgeProcess()   # the judged cells' judges, in a child process with limits
 
     def time_left(self):
         return self.deadline - time.monotonic()
 
-    def run(self, index, cell, next_test=None):
-        """Run one code cell; ``next_test``: (index, source) of the next code cell if it is a test cell."""
+    def run(self, index, cell):
+        """Run one code cell."""
         cell.outputs, cell.execution_count = [], None
         if self.kernel is None and self.time_left() > 0:
             try:
@@ -302,13 +307,10 @@ class _Runner:
             cell.outputs.append(_error("NotebookTimeoutError", f"this cell was not run: the notebook used up "
                                        f"its {self.limits.total_timeout:g} seconds before it got here"))
             return self.problems.append(Problem(index, "not-run", "not run: the notebook ran out of time"))
-        if is_test(cell) and self.ready_for_test != index:   # e.g. right after a restart
-            self._check_tampering(test_source=cell.source)
         judged = is_test(cell) and is_judged(cell.source)
-        # The check after the cell rides on the cell's own request (its user expression, evaluated after the
-        # cell and its post-execute callbacks, when the cell did not fail): one round trip less per cell.
-        check = self._guard_call(protect=is_locked_setup(cell), test_source=next_test and next_test[1])
-        outcome, sent = self._execute(cell, check)
+        # The kernel runs a judged cell without its judges: they run here, from the full source.
+        source = kernel_source(cell.source) if judged else cell.source
+        outcome, sent = self._execute(cell, source)
         breakage = self._breakage(outcome)
         if judged:
             # The kernel's own errors decide nothing here (the judge's verdict does): they stay as text.
@@ -318,41 +320,25 @@ class _Runner:
             cell.outputs.append(_error(ename, evalue))
             self.problems.append(Problem(index, kind, f"{ename}: {evalue}"))
         if judged:
-            _write_verdict(cell, judge_cell(cell.source, sent))
+            _write_verdict(cell, self.judges.judge(cell.source, sent, self.seed))
         elif outcome == "error" and not any(o.output_type == "error" for o in cell.outputs):
-            # The kernel said the cell failed, but no error was shown: the display was tampered with.
+            # The kernel's reply says the cell failed, but no error was shown: the reply decides.
             reply = self.kernel.reply if self.kernel else {}
-            cell.outputs.append(_error(reply.get("ename") or "Error", f"{reply.get('evalue', '')} (the cell raised "
-                                       "this error, but the kernel was made not to show it)"))
-        # The check after a cell also prepares the next test cell, if the next cell is one. A cell that failed
-        # (or was stopped) had no check evaluated: it runs on its own then.
-        if self.kernel and outcome == "ok":
-            tampered = self._guard_answer(self.kernel.reply)
-        else:
-            tampered = self._check(check) if self.kernel else []
-        self.ready_for_test = next_test[0] if next_test and self.kernel else None
-        if self.kernel and not self.kernel.usable:
-            self.stop_kernel()
-        if tampered and is_test(cell) and not judged:
-            evalue = f"the code replaced {', '.join(tampered)} while the tests ran"
-            cell.outputs.append(_error("Tampering", evalue))
-            self.problems.append(Problem(index, "tampering", f"Tampering: {evalue}"))
-        elif tampered:
-            self.problems.append(Problem(index, "tampering", f"the code replaced {', '.join(tampered)}; the "
-                                         f"grader put the originals back before the next cell"))
-        if outcome == "ok" and not (tampered and is_test(cell) and not judged):
-            self.completed.append(cell.source)
+            ename, evalue = str(reply.get("ename") or "Error")[:80], str(reply.get("evalue", ""))[:MAX_REPLY]
+            cell.outputs.append(_error(ename, f"{evalue} (the cell raised this error, but it was not shown, or not "
+                                              "within the output limit)"))
+        if outcome == "ok":
+            self.completed.append(source)
 
-    def _execute(self, cell, check):
-        """Run the cell, recording its outputs and the probe data it sent, with the guard's ``check`` as its user
-        expression; stop it if it breaks a limit, and drop a kernel that broke. Returns (outcome, the base64
-        texts of probe data, in order)."""
+    def _execute(self, cell, source):
+        """Run the cell (as ``source``), recording its outputs and the probe data it sent; stop it if it breaks a
+        limit, and drop a kernel that broke. Returns (outcome, the base64 texts of probe data, in order)."""
         self.count += 1
         cell.execution_count = self.count
         outputs, sent = _Outputs(self.limits.output_bytes), _ProbeData()
         cell.outputs = outputs.kept
-        outcome = self.kernel.run(cell.source, min(self.limits.cell_timeout, self.time_left()),
-                                  lambda message: sent.add(message) or outputs.add(message), user_expressions=check)
+        outcome = self.kernel.run(source, min(self.limits.cell_timeout, self.time_left()),
+                                  lambda message: sent.add(message) or outputs.add(message))
         for output in cell.outputs:
             if output.output_type == "execute_result":
                 output.execution_count = self.count
@@ -381,16 +367,13 @@ class _Runner:
         return None
 
     def _start_kernel(self, index):
-        """A new kernel with the guard installed and, after a restart, the cells that had worked re-run."""
-        self.ready_for_test = None
+        """A new kernel and, after a restart, the cells that had worked re-run."""
         self.kernel = self._new_kernel()
-        self._install_guard()
         if self.completed and not self._replay(index):
             # The re-run broke this kernel too: a fresh one then, without the earlier cells.
             self.stop_kernel()
             self.completed = []
             self.kernel = self._new_kernel()
-            self._install_guard()
 
     def _new_kernel(self):
         """A kernel forked from the kernel server when sandboxed; a process of its own when that server fails
@@ -399,7 +382,8 @@ class _Runner:
             server = None
             try:
                 server = server_for(self.limits, self.env, self.package, max(self.time_left(), 1), self.preload)
-                return _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package, server)
+                return _Kernel(self.workdir, self.limits, self.kernel_env, self.sandbox, self.deadline, self.package,
+                               server)
             except KernelStartError as error:
                 if error.submission_at_fault or self.time_left() <= 0:
                     raise
@@ -409,15 +393,7 @@ class _Runner:
             print(f"autograder: the kernel server failed ({failure}); this kernel starts on its own", file=sys.stderr)
             if server is not None:
                 forget(server)
-        return _Kernel(self.workdir, self.limits, self.env, self.sandbox, self.deadline, self.package)
-
-    def _install_guard(self):
-        self.guard_name, self.nonce = "_grader_guard_" + secrets.token_hex(8), secrets.token_hex(16)
-        setup = f"exec({GUARD_SOURCE!r}, {{'NAME': {self.guard_name!r}, 'NONCE': {self.nonce!r}}})"
-        outcome = self.kernel.run(setup, min(STARTUP_TIMEOUT, max(self.time_left(), 1)), silent=True)
-        if outcome != "ok" or self._check_tampering() != []:
-            self.stop_kernel()
-            raise KernelStartError(f"the tamper guard could not be set up in the kernel ({outcome})")
+        return _Kernel(self.workdir, self.limits, self.kernel_env, self.sandbox, self.deadline, self.package)
 
     def _replay(self, index):
         """Re-run, silently, the cells that had completed; whether the kernel came through it."""
@@ -427,34 +403,7 @@ class _Runner:
                 self.problems.append(Problem(index, "restart", f"after the kernel restart, an earlier cell failed "
                                              f"when it was re-run ({outcome}); later cells may miss what it made"))
                 break
-        if self.kernel.usable:
-            self._check_tampering()  # puts back, silently, what the re-run cells replaced
         return self.kernel.usable
-
-    def _check_tampering(self, protect=False, test_source=None):
-        """Names the last cell replaced, now put back (GUARD_BROKEN if the check did not answer truly).
-        The first call, right after the setup, installs the guard. ``protect``: the last cell was a locked
-        set-up cell, whose names are put back from now on; ``test_source``: a test cell runs next."""
-        return self._check(self._guard_call(protect, test_source))
-
-    def _guard_call(self, protect=False, test_source=None):
-        """The check, as the user expressions of an execute request."""
-        return {"guard": f"{self.guard_name}({protect!r}, {test_source!r})"}
-
-    def _check(self, check):
-        """Run ``check`` (from _guard_call) in a request of its own: the names it put back."""
-        outcome = self.kernel.run("", CHECK_TIMEOUT, silent=True, user_expressions=check)
-        return self._guard_answer(self.kernel.reply if outcome == "ok" else {})
-
-    def _guard_answer(self, reply):
-        """The names the check put back, from the reply to the request that carried it (GUARD_BROKEN if the
-        answer is missing or lacks the nonce)."""
-        answer = (reply.get("user_expressions") or {}).get("guard", {})
-        try:
-            nonce, *names = ast.literal_eval(answer["data"]["text/plain"]).split()
-        except (KeyError, TypeError, ValueError, SyntaxError, AttributeError):
-            return [GUARD_BROKEN]
-        return list(dict.fromkeys(names)) if nonce == self.nonce else [GUARD_BROKEN]
 
     def stop_kernel(self):
         if self.kernel is not None:
@@ -462,25 +411,27 @@ class _Runner:
             self.kernel = None
 
 
-def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None, fork=True, preload=()):
+def execute_notebook(nb, workdir, limits, env=None, sandbox=True, package=None, fork=True, preload=(), seed=None):
     """Run every code cell of ``nb`` (nbformat v4, in memory) in a fresh kernel with ``workdir`` as its
     folder and home, sandboxed unless ``sandbox`` is false, within ``limits`` (sandbox.Limits), with
     ``env`` added to the kernel's environment, and in the sandbox ``package`` (a folder) in place of the course
     package; sandboxed kernels are forked from the kernel server (kernel_server.py) unless ``fork`` is false,
-    with the modules of ``preload`` imported there before the fork.
+    with the modules of ``preload`` imported there before the fork. ``seed``: the secret of the hidden tests'
+    inputs (default: drawn afresh, unknown to anyone).
     Returns (a copy of nb with outputs and execution counts, the list of Problem records of the cells that
     broke)."""
     executed = copy.deepcopy(nb)
     # COURSE_GRADING: the notebook's own check (check.py) does not start a check of its own from here.
     # COURSE_JUDGE_OUTSIDE: judged test cells send their probe data here instead of judging in the kernel.
     runner = _Runner(os.path.abspath(workdir), limits,
-                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package, fork, preload)
+                     {"COURSE_GRADING": "1", JUDGE_OUTSIDE: "1", **(env or {})}, sandbox, package, fork, preload, seed)
     if sandbox:
         hand_over(workdir)
     try:
         code = [(index, cell) for index, cell in enumerate(executed.cells) if cell.cell_type == "code"]
-        for (index, cell), after in zip(code, code[1:] + [None]):
-            runner.run(index, cell, next_test=(after[0], after[1].source) if after and is_test(after[1]) else None)
+        for index, cell in code:
+            runner.run(index, cell)
     finally:
         runner.stop_kernel()
+        runner.judges.close()
     return executed, runner.problems

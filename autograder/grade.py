@@ -15,7 +15,10 @@ grading steps, and moves only the execution out of nbgrader:
    see sandbox.py and execute.py). The notebook itself never enters the sandbox, so the hidden tests
    cannot be read from disk. The workers are local processes, or a Dask cluster's (dispatch.py): each
    gets a submission and the release as bytes, and sends the executed notebooks back, with an error in
-   the test cells of any exercise answered with someone else's code (library_answers.py).
+   the test cells of any exercise answered with someone else's code (library_answers.py). A test cell
+   written as probe and judge is judged in the worker's own process, on inputs drawn from a secret of the
+   grader's (judging.py); any other test cell (an instructor's plain ``assert`` cell) passes or fails on the
+   kernel's word, as in plain nbgrader: the grader names such cells of the assignment before it grades.
 4. **record** ``nbgrader autograde --force`` runs again, on the sanitized copies and without sanitizing
    or checking them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in
    the outputs of step 3: nbgrader scores the cells and writes the gradebook and ``autograded/`` as it would
@@ -66,8 +69,8 @@ def check_course(course):
         found = " (it has a gradebook.db, but no configuration to say how it was made)" \
             if (course / "gradebook.db").exists() else ""
         raise GradingError(f"{course} is not a course directory: it has no nbgrader_config.py{found}; run the "
-                           f"command in your course directory, or copy the course's configuration there (README, "
-                           f"For instructors, step 1)")
+                           f"command in your course directory, or copy the course's configuration there (docs/"
+                           f"instructors.md, step 1)")
     return course
 
 
@@ -136,7 +139,7 @@ def _replay_preprocessor():
 class NotebookReport:
     notebook: str
     repairs: list = field(default_factory=list)    # what repair.py changed
-    problems: list = field(default_factory=list)   # cells that broke: timeouts, dead kernels, tampering, ...
+    problems: list = field(default_factory=list)   # cells that broke: timeouts, dead kernels, restarts, ...
     error: str = ""                                # why the notebook could not be graded at all
     seconds: float = 0.0
     skipped: list = field(default_factory=list)    # the submission's files left out: links, oversized files
@@ -377,6 +380,31 @@ def _check_ready(course, assignment, students, sandbox, scheduler):
     return release, list(students or submitted), submitted
 
 
+def plain_test_cells(course, assignment):
+    """The grade ids of ``assignment``'s test cells that are not written as probe and judge (judging.py), read from
+    the gradebook's copy of their source (hidden tests included): their verdict is the kernel's word."""
+    from .judging import is_judged
+
+    plain = []
+    with open_gradebook(course) as gradebook:
+        for notebook in gradebook.find_assignment(assignment).notebooks:
+            answers = {cell.name for cell in notebook.solution_cells}
+            sources = {cell.name: cell.source for cell in notebook.source_cells}
+            plain += sorted(cell.name for cell in notebook.grade_cells
+                            if cell.cell_type == "code" and cell.name not in answers and not is_judged(sources[cell.name]))
+    return plain
+
+
+def _say_plain_test_cells(course, assignment, log):
+    """One line naming the test cells whose verdict is the kernel's word, if there are any."""
+    plain = plain_test_cells(course, assignment)
+    if plain:
+        cells = f"{len(plain)} test cell{'s' if len(plain) > 1 else ''} of {assignment} "
+        log(f"autograder: {cells}{'are' if len(plain) > 1 else 'is'} not written as probe and judge "
+            f"({', '.join(plain)}): {'their' if len(plain) > 1 else 'its'} verdict is the kernel's word, as in plain "
+            f"nbgrader")
+
+
 def grade_assignment(course, assignment, *, workers=2, limits=None, students=None, sandbox=True,
                      env=None, log=print, scheduler=None, resume=False):
     """Grade `assignment` for every student who submitted it (or only `students`); returns
@@ -385,6 +413,7 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
     processes. `resume`: keep the students an earlier run graded, whose submission has not changed since."""
     course = check_course(course)
     release, students, submitted = _check_ready(course, assignment, students, sandbox, scheduler)
+    _say_plain_test_cells(course, assignment, log)
     # the students graded before and not now keep their report, if their submission is still there
     earlier = {s: r for s, r in read_report(course, assignment).items() if s in submitted}
     finished = finished_students(course, assignment, students) if resume else {}
@@ -548,17 +577,19 @@ def gradebook_grades(course, assignment, students):
 
 
 TOTAL_COLUMNS = ["student", "notebook", "score", "max_score", "seconds", "repairs", "broken_cells", "error",
-                 "awaiting_manual"]
+                 "awaiting_manual", "red_flags", "late"]
 CELL_COLUMNS = ["student", "notebook", "cell", "kind", "score", "max_score", "awaiting_manual"]
 
 
-def _csv_rows(student, report, grades):
-    """The totals row and the cell rows of one student's notebook (grades: {grade_id: CellGrade})."""
+def _csv_rows(student, report, grades, flags=0, late=False):
+    """The totals row and the cell rows of one student's notebook (grades: {grade_id: CellGrade}; ``flags``: the
+    red flags of its cells, for a person to read in the similarity report; ``late``: the LMS marked it late). A
+    notebook that could not be graded has an empty score, never a 0 that an LMS would import."""
     pending = sum((g.max_score for g in grades.values() if g.score is None), 0.0)
-    score = sum((g.score for g in grades.values() if g.score is not None), 0.0)
+    score = sum((g.score for g in grades.values() if g.score is not None), 0.0) if not report.error else ""
     max_score = sum(g.max_score for g in grades.values()) if grades else None
     total = [student, report.notebook, score, max_score, report.seconds, len(report.repairs), len(report.problems),
-             report.error, pending]
+             report.error, pending, flags, int(late)]
     cells = [[student, report.notebook, g.grade_id, g.kind, g.score, g.max_score,
               g.max_score if g.score is None else 0.0] for g in grades.values()]
     return total, cells
@@ -567,12 +598,19 @@ def _csv_rows(student, report, grades):
 def write_csv(course, assignment, reports):
     """grades-ASSIGNMENT.csv: a row per student and notebook, the totals (what LMS imports and spreadsheets
     read: one row each); grades-ASSIGNMENT-cells.csv: a row per student, notebook and graded cell. Written
-    answers not graded yet count in awaiting_manual (their points), not as a 0 in score."""
+    answers not graded yet count in awaiting_manual (their points), not as a 0 in score; late is 1 where the LMS
+    marked the submission late (collect.py); red_flags counts what
+    ``python -m autograder similarity`` lists for that notebook (copies of a public answer, code no exercise needs)."""
+    from .lms import StudentRecord
+    from .similarity import red_flag_counts   # similarity.py reads the submissions through this module
+
     grades = gradebook_grades(course, assignment, reports)
+    flags, late = red_flag_counts(course, assignment), StudentRecord(course).late(assignment)
     totals, cells = [], []
     for student in sorted(reports):
         for notebook, report in sorted(reports[student].items()):
-            total, rows = _csv_rows(student, report, grades[student].get(notebook, {}))
+            total, rows = _csv_rows(student, report, grades[student].get(notebook, {}), flags[student, notebook],
+                                    student in late)
             totals.append(total)
             cells += rows
     for name, columns, rows in ((f"grades-{assignment}.csv", TOTAL_COLUMNS, totals),

@@ -11,7 +11,6 @@ copy), environment and memory limit, in each process that runs notebooks, and it
 Whatever goes wrong with the kernel server costs speed, never isolation: a zygote that does not start, or a kernel
 of it that does not answer, and the executor starts a kernel as before, in a sandbox of its own.
 """
-import ast
 import atexit
 import dataclasses
 import itertools
@@ -33,16 +32,12 @@ from .sandbox import FILES_DO_NOT_FIT, hand_over, kernel_environment, sandbox_co
 ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding="utf-8")
 
 
-def _guard_modules():
-    """kernel_guard.MODULES, read from its source (the guard is never imported: execute.py sends its text)."""
-    tree = ast.parse(Path(__file__).with_name("kernel_guard.py").read_text(encoding="utf-8"))
-    return next(ast.literal_eval(node.value) for node in tree.body
-                if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["MODULES"])
-
-
-# What the zygote imports: what every kernel imports to run, the course package, and what the tamper guard imports.
-PRELOADED = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "transformer_course",
-             "transformer_course.probing", *_guard_modules())
+# What the zygote imports, so that every kernel starts with it: the kernel itself, what the notebooks' set-up cells
+# import (torch, matplotlib, the course package and its test kit) and the oracles the test cells still judged in the
+# kernel import (a package without them skips that import).
+PRELOADED = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "math", "numpy", "torch",
+             "torch.nn", "torch.nn.functional", "transformer_course", "transformer_course.plotting",
+             "transformer_course.testing", "transformer_course.probing", "transformer_course.oracles")
 ZYGOTE_TASKS = 4096        # the zygote's own limit counts its kernels' tasks too; each kernel has its own below it
 SERVERS_KEPT = 2           # zygotes kept per process (one per assignment being graded: a few hundred MB each)
 

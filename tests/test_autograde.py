@@ -23,7 +23,8 @@ ASSIGNMENTS = sorted(p.stem for p in SUBMISSIONS.glob("[0-9][0-9]_*.py"))
 
 
 # Three kinds of route to the course's finished answers, run through the kernel for every exercise: the object
-# itself, a wrapper (or a module) around it, a copy of its code. tests/test_own_work.py tries every route.
+# itself, a wrapper (or a module) around it, a copy of its code (grading.finished_answers has every route; in the
+# kernel the stripped package holds none of them: tests/test_stripped_package.py).
 KERNEL_ROUTES = ("imports the finished version", "a wrapper around a reference taken earlier",
                  "a module that holds the finished one", "a verbatim copy of the package's source")
 

@@ -122,7 +122,7 @@ def test_a_message_quoting_hidden_code_is_cut():
     section = test_cell.split("### BEGIN HIDDEN TESTS\n")[1].split("### END HIDDEN TESTS")[0]
     # what a submission reading its caller's code (inspect, sys._getframe) could raise
     leaked = scrub(f"AssertionError: {section}", hidden).splitlines()
-    # the hidden lines the release does not show too (the probe's require_own_work line is also the visible one's)
+    # the hidden lines the release does not show too
     code_lines = [line for line in section.splitlines() if line.strip() and line.strip() not in public]
     assert code_lines and leaked.count(HIDDEN_NOTE) == len(code_lines), leaked
     assert not any("_hidden_test_train_step_scheduler" in kept for kept in leaked)
@@ -239,18 +239,20 @@ def test_an_error_name_that_is_no_class_name_is_not_shown():
 
 
 def test_the_courses_own_messages_are_shown_whole():
-    """own_work's refusals (not AssertionErrors) fit MAX_OTHER, and no message of the tests, the oracles or own_work
-    has a run without a space that the page would remove."""
-    from transformer_course import own_work
+    """The stripped package's refusals of a finished answer (NotImplementedError, not AssertionError) fit MAX_OTHER,
+    and no message of the tests, the oracles or the refusals has a run without a space that the page would remove."""
+    from autograder.stripped import _message, registry
 
-    for exercise, pieces in own_work.FINISHED.items():
-        for piece in pieces:
-            message = own_work._refusal_message(exercise, piece)
-            assert shown_error("FinishedAnswerUsed", message, HiddenText()) == f"FinishedAnswerUsed: {message}"
+    notebooks, finished = registry()[:2]
+    for assignment in notebooks:
+        for exercise, pieces in finished.items():
+            for position, (module, name) in enumerate(piece.split(".") for piece in pieces):
+                message = _message(assignment, module, name, exercise, position == 0)
+                assert shown_error("NotImplementedError", message, HiddenText()) == f"NotImplementedError: {message}"
     texts = [c.source for path in SOLUTIONS.glob("*/*.ipynb")
              for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     texts += [path.read_text() for path in (ROOT / "transformer_course" / "oracles").glob("*.py")]
-    texts.append((ROOT / "transformer_course" / "own_work.py").read_text())
+    texts.append((ROOT / "autograder" / "stripped.py").read_text())
     checked = 0
     for text in texts:
         try:

@@ -68,15 +68,13 @@ HOSTILE_ADD = {
     # the cell breaks before it defines add (a MemoryError or an interrupt ends it)
     "hog": "hoard = []\nwhile True:\n    hoard.append(bytearray(10**8))\n" + CORRECT_ADD,
     "chatty": "while True:\n    print('spam ' * 100)\n" + CORRECT_ADD,
-    # right for ints (the visible test), wrong for tensors, and the check that would see it is disabled
-    "patcher": "import builtins, torch\ndef add(a, b):\n    return a + b if isinstance(a, int) else a * b\n"
-               "torch.allclose = lambda *args, **kwargs: True\nbuiltins.isinstance = lambda *args: True",
+    # right for ints (the visible test), wrong for tensors (the hidden one)
+    "ints_only": "def add(a, b):\n    return a + b if isinstance(a, int) else a * b",
     "leaker": "def add(a, b):\n    raise AssertionError(get_ipython().user_ns['In'][-1])",
-    # wrong, and the kernel made not to report errors (tests/test_error_hiding.py has many more such tricks)
+    # wrong, and the kernel made not to show errors: its reply still says the test failed (tests/test_error_hiding.py
+    # has more such tricks; a trick the reply does not show passes a plain assert cell, as in plain nbgrader)
     "hider": "def add(a, b):\n    return a - b\n"
              "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, value, tb, tb_offset=None: [])",
-    "silencer": "def add(a, b):\n    return a - b\nget_ipython().showtraceback = lambda *args, **kwargs: None\n"
-                "get_ipython().events.register('post_run_cell', lambda result: setattr(result, 'error_in_exec', None))",
     "snoop": CORRECT_ADD + "\nimport os\n"
              "seen = [p for p in ['{course}', '{repo}/solutions'] if os.path.exists(p)]\n"
              "print('FOUND', seen)\n"
@@ -116,6 +114,9 @@ def grade(root, *students, failed=()):
     assert result.stdout.strip().splitlines()[-1].startswith(summary), printed
     assert all(student in result.stdout.strip().splitlines()[-1] for student in failed), printed
     assert "Traceback" not in printed and "SAWarning" not in printed, printed
+    # ps1's test cells are plain assert cells: the grader says that their verdict is the kernel's word
+    assert "autograder: 2 test cells of ps1 are not written as probe and judge (test_add, test_mul): their verdict " \
+           "is the kernel's word, as in plain nbgrader" in result.stdout, printed
 
 
 def grade_by_hand(root, marks):
@@ -185,17 +186,14 @@ def test_a_broken_cell_costs_its_own_points_only(course, student):
     assert scores["test_mul"] == 1, f"{student}'s correct mul lost its point: the batch did not recover"
 
 
-def test_monkeypatching_the_checks_gains_nothing(course):
-    scores = cell_scores(course, "patcher")
-    assert scores["test_add"] == 0, "a wrong add passed because torch.allclose was replaced"
-    assert scores["test_mul"] == 1, "restoring isinstance and torch.allclose must not cost the correct mul"
+def test_a_hidden_test_catches_what_the_visible_one_missed(course):
+    assert cell_scores(course, "ints_only") == {"test_add": 0, "test_mul": 1}
 
 
-@pytest.mark.parametrize("student", ["hider", "silencer"])
-def test_hiding_errors_from_the_kernel_gains_nothing(course, student):
-    scores = cell_scores(course, student)
-    assert scores["test_add"] == 0, f"{student}'s wrong add kept its point by hiding the error"
-    assert scores["test_mul"] == 1, f"{student}'s correct mul lost its point"
+def test_hiding_errors_from_the_kernel_gains_nothing(course):
+    scores = cell_scores(course, "hider")
+    assert scores["test_add"] == 0, "the wrong add kept its point by hiding the error"
+    assert scores["test_mul"] == 1, "the correct mul lost its point"
 
 
 def test_a_submission_sees_nothing_outside_its_folder(course):
@@ -231,7 +229,8 @@ def test_the_csv_has_every_student(course):
 
 def test_a_submission_that_cannot_be_read_is_an_error_in_its_row(course):
     rows = {r["student"]: r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}.csv"))}
-    assert "could not be read" in rows["corrupt"]["error"] and float(rows["corrupt"]["score"] or 0) == 0
+    # never a 0 that an LMS would import: the score is empty, the error says why
+    assert "could not be read" in rows["corrupt"]["error"] and rows["corrupt"]["score"] == ""
     assert "\n" not in rows["corrupt"]["error"]
 
 
@@ -278,7 +277,7 @@ def test_the_cells_csv_has_a_row_per_graded_cell_and_counts_written_answers_apar
     cells = {(r["student"], r["cell"]): r for r in csv.DictReader(open(course / f"grades-{ASSIGNMENT}-cells.csv"))}
     assert {cell for student, cell in cells if student == "good"} == {"test_add", "test_mul", "why_add"}
     assert {student for student, _ in cells} == {*HOSTILE_ADD, "colab"}
-    assert cells["patcher", "test_add"]["kind"] == "test" and float(cells["patcher", "test_add"]["score"]) == 0
+    assert cells["ints_only", "test_add"]["kind"] == "test" and float(cells["ints_only", "test_add"]["score"]) == 0
     written = cells["colab", "why_add"]     # answered, not graded yet: no score, its points awaiting
     assert written["kind"] == "written" and written["score"] == "" and float(written["awaiting_manual"]) == 2
     untouched = cells["looper", "why_add"]  # left as released: nbgrader gives it 0 ("No response.")
@@ -309,7 +308,7 @@ def test_feedback_shows_messages_but_never_test_code(course):
     for student, page in pages.items():
         assert "torch.ones(2), torch.ones(2)" not in page, f"{student}'s feedback shows the hidden test's code"
         assert "BEGIN HIDDEN TESTS" not in page, f"{student}'s feedback shows the hidden test's code"
-    assert "add is wrong for tensors" in pages["patcher"], "the failing hidden test's message is missing"
+    assert "add is wrong for tensors" in pages["ints_only"], "the failing hidden test's message is missing"
     assert "3.5 / 4" in pages["good"]
 
 

@@ -207,7 +207,7 @@ get_ipython().events.register("post_execute", lambda: clear_output())
 
 
 def _kernel_attacks():
-    """The kernel's handlers, guard and life taken over by the answer."""
+    """The kernel's handlers and life taken over by the answer."""
     return {
         "the kernel's execute handler answers ok without running test cells": """
 kernel = get_ipython().kernel
@@ -223,11 +223,6 @@ kernel.shell_handlers["execute_request"] = _skip
         "the kernel killed by the answer cell": """
 import os
 os._exit(0)
-""",
-        "the grader's tamper guard found in builtins and disarmed": """
-import builtins
-for _name in [n for n in dir(builtins) if n.startswith("_grader_guard_")]:
-    setattr(builtins, _name, lambda *args, **kwargs: "")
 """,
         "an input transformer rewrites the test cells before they run": """
 def _rewrite(lines):
@@ -271,17 +266,6 @@ def {EXERCISE}(query, key, value, mask=None, dropout=None):
 """,
         "the course's finished answer imported": f"""
 from transformer_course import {EXERCISE}
-""",
-        "the finished answer taken from the gates' saved code": f"""
-import transformer_course.own_work as _own_work
-import transformer_course.attention as _attention
-_own_work.install_gates()
-_saved = [v for v in vars(_own_work).values() if isinstance(v, dict)]
-for _table in _saved:
-    for _key, _code in list(_table.items()):
-        if getattr(_code, "co_name", "") == "{EXERCISE}":
-            _attention.{EXERCISE}.__code__ = _code
-from transformer_course.attention import {EXERCISE}
 """,
         "the finished answer executed from the package's source file": f"""
 import transformer_course.attention as _attention

@@ -3,6 +3,7 @@
 Each notebook is small, and so are the limits: the whole file runs in about 80 seconds on two busy cores.
 """
 import concurrent.futures
+import dataclasses
 import os
 import socket
 import time
@@ -40,14 +41,6 @@ def errors(cell):
     return [(o.ename, o.evalue) for o in cell.outputs if o.output_type == "error"]
 
 
-def nbgrader(source, *, test):
-    grading = {"grade": test, "solution": not test, "locked": test, "grade_id": uuid.uuid4().hex[:8],
-               "schema_version": 3}
-    if test:
-        grading["points"] = 1
-    return new_code_cell(source, metadata={"nbgrader": grading})
-
-
 @pytest.mark.parametrize("fork", [True, False], ids=["forked kernel", "kernel of its own"])
 def test_normal_notebook(tmp_path, fork):
     (tmp_path / "workdir").mkdir()
@@ -63,7 +56,9 @@ def test_normal_notebook(tmp_path, fork):
                       "torch.ones(2).sum().item(), os.environ['COURSE_SMOKE'], os.environ['OMP_NUM_THREADS'])"),
         new_code_cell("print('/kernels-' in os.getcwd())"),   # a forked kernel's folder is the kernel server's
     ])
-    executed, problems = execute_notebook(nb, tmp_path / "workdir", LIMITS, env={"COURSE_SMOKE": "1"}, fork=fork)
+    # (a kernel of its own imports torch in the cell that first needs it: more than the 5 s of LIMITS on a busy machine)
+    limits = dataclasses.replace(LIMITS, cell_timeout=30)
+    executed, problems = execute_notebook(nb, tmp_path / "workdir", limits, env={"COURSE_SMOKE": "1"}, fork=fork)
     cells = executed.cells
     assert problems == []
     assert cells[0].source == "# Title" and "outputs" not in cells[0]
@@ -210,78 +205,25 @@ def test_no_network(tmp_path):
 
 
 PATCHES = """
-import builtins, torch, torch.nn.functional, torch.testing
-def fake(*args, **kwargs):
-    return torch.zeros(1)
+import builtins, torch
 torch.allclose = lambda *a, **k: True
-builtins.isinstance = lambda *a: True
-torch.testing.assert_close = lambda *a, **k: None
-torch.nn.functional.scaled_dot_product_attention = fake
-torch.Tensor.sum = lambda self, *a, **k: torch.tensor(0.0)   # shadows the inherited method
+builtins.abs = lambda value: 0
+torch.Tensor.sum = lambda self, *a, **k: torch.tensor(0.0)
 """
-
-REAL_FUNCTIONS_TEST = """
-import torch, torch.nn.functional as F
-assert not torch.allclose(torch.zeros(1), torch.ones(1))
-assert not isinstance(1, str)
-try:
-    torch.testing.assert_close(torch.zeros(1), torch.ones(1))
-except AssertionError:
-    pass
-else:
-    raise AssertionError("assert_close is fake")
-assert F.scaled_dot_product_attention.__name__ != "fake"
-assert torch.ones(2).sum().item() == 2
-print("real functions")
-"""
+LOOKS = "import builtins, torch\nprint(torch.allclose(torch.zeros(1), torch.ones(1)), builtins.abs(-3), " \
+        "torch.ones(2).sum().item())"
 
 
-def test_patches_in_a_solution_cell_are_undone_before_the_tests(tmp_path):
-    executed, problems = run(tmp_path, nbgrader(PATCHES, test=False), nbgrader(REAL_FUNCTIONS_TEST, test=True))
-    solution, test = executed.cells
-    assert not errors(solution)
-    assert errors(test) == [] and text(test) == "real functions\n"
-    assert [(p.index, p.kind) for p in problems] == [(0, "tampering")]
-    for name in ("torch.allclose", "builtins.isinstance", "torch.testing.assert_close",
-                 "torch.nn.functional.scaled_dot_product_attention", "torch.Tensor.sum"):
-        assert name in problems[0].message
-
-
-def test_a_cell_that_patches_then_fails_has_its_patches_undone_too(tmp_path):
-    # The check rides on each cell's own request, but a failed request evaluates none: it runs on its own then.
-    executed, problems = run(tmp_path,
-                             nbgrader("import torch\ntorch.allclose = lambda *a, **k: True\nraise ValueError('stop')",
-                                      test=False),
-                             nbgrader("assert not torch.allclose(torch.zeros(1), torch.ones(1))", test=True))
-    solution, test = executed.cells
-    assert [ename for ename, _ in errors(solution)] == ["ValueError"]
-    assert errors(test) == []
-    assert [(p.index, p.kind) for p in problems] == [(0, "tampering")] and "torch.allclose" in problems[0].message
-
-
-def test_a_cell_that_replaces_what_evaluates_the_check_is_caught(tmp_path):
-    # The check is the request's user expression, which the shell evaluates after the cell: the guard's post-execute
-    # callback has put the shell's methods back by then, so the check still answers, and names what was replaced.
-    executed, problems = run(tmp_path, nbgrader("get_ipython().user_expressions = lambda expressions: {}", test=False),
-                             nbgrader("assert True", test=True))
-    assert [(p.index, p.kind) for p in problems] == [(0, "tampering")]
-    assert "shell.user_expressions" in problems[0].message and errors(executed.cells[1]) == []
-
-
-def test_patch_made_while_a_test_runs_fails_that_test(tmp_path):
-    executed, problems = run(
-        tmp_path,
-        nbgrader("def attention(query):\n    import torch\n    torch.allclose = lambda *a, **k: True\n"
-                 "    return query", test=False),
-        # (the call first: `torch.allclose(attention(...), ...)` would look allclose up before the patch)
-        nbgrader("import torch\nout = attention(torch.zeros(2))\nassert torch.allclose(out, torch.ones(2))",
-                 test=True),
-        nbgrader("assert not torch.allclose(torch.zeros(1), torch.ones(1))", test=True),
-    )
-    solution, cheated, honest = executed.cells
-    assert errors(cheated) == [("Tampering", "the code replaced torch.allclose while the tests ran")]
-    assert errors(solution) == [] and errors(honest) == []
-    assert [(p.index, p.kind) for p in problems] == [(1, "tampering")]
+def test_what_a_notebook_changes_in_its_kernel_dies_with_the_kernel(tmp_path):
+    """Nothing in the kernel puts back what a cell replaced (judged test cells do not depend on the kernel's word):
+    the change stays for the notebook's later cells, and the next notebook's kernel, forked from the same server,
+    has the originals."""
+    for name in ("patched", "next"):
+        (tmp_path / name).mkdir()
+    patched, problems = run(tmp_path / "patched", PATCHES, LOOKS)
+    assert text(patched.cells[1]) == "True 0 0.0\n" and problems == []
+    following, _ = run(tmp_path / "next", LOOKS)
+    assert text(following.cells[0]) == "False 3 2.0\n", errors(following.cells[0])
 
 
 def test_notebook_time_limit(tmp_path):

@@ -1,6 +1,7 @@
 """The course package as a notebook's grading kernel sees it (autograder/stripped.py): the finished answers of
-the notebook and of the later ones raise, the earlier ones work, and the grader mounts that copy."""
-import re
+the notebook and of the later ones raise, none kept, the earlier ones work, and the grader mounts that copy. What is
+withheld comes from the exercise registry (transformer_course/exercises.py)."""
+import ast
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import pytest
 
 from grading import SOLUTIONS, ScratchCourse, answer_ids, grade_cells_of, nbgrader_cells, with_answers
 from autograder.sandbox import package_folder, sandbox_available
-from autograder.stripped import KEPT, NOTEBOOKS, build, stripped_package
+from autograder.stripped import build, registry, strip_source, stripped_package, withheld
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
@@ -37,8 +38,8 @@ def test_the_copy_for_04_withholds_its_answers_and_the_later_ones(tmp_path):
         x = torch.randn(2, 3, 8)
         course.scaled_dot_product_attention(x, x, x)               # 02
         course.padding_mask(torch.tensor([[1, 0]]), 0)             # 03
-        course.split_heads(x, 2)        # kept: MultiHeadAttention's tests substitute it for the student's
-        for make in (lambda: course.MultiHeadAttention(8, 2), lambda: course.EncoderLayer(8, 2, 16),
+        for make in (lambda: course.split_heads(x, 2), lambda: course.merge_heads(x.view(2, 3, 2, 4)),
+                     lambda: course.MultiHeadAttention(8, 2), lambda: course.EncoderLayer(8, 2, 16),
                      lambda: course.Transformer(5, 5), lambda: course.greedy_decode(None, x, 3, 1, 2)):
             try:
                 make()
@@ -49,7 +50,7 @@ def test_the_copy_for_04_withholds_its_answers_and_the_later_ones(tmp_path):
         print("SIGNATURE", inspect.signature(course.MultiHeadAttention.forward))
     """)
     assert "RAN" not in printed
-    for name in ("MultiHeadAttention", "EncoderLayer", "Transformer", "greedy_decode"):
+    for name in ("split_heads", "merge_heads", "MultiHeadAttention", "EncoderLayer", "Transformer", "greedy_decode"):
         assert f"the course's finished `{name}` {UNAVAILABLE}" in printed
     assert "SIGNATURE (self, query, key, value, mask=None)" in printed
 
@@ -59,8 +60,7 @@ def test_without_oracles_the_package_still_imports(tmp_path):
     assert not (tmp_path / "transformer_course" / "oracles").exists()
     printed = run_with(tmp_path, """
         import importlib.util, transformer_course
-        from transformer_course.testing import require_own_work
-        require_own_work("causal_mask", {})      # the gates go up without the oracles too
+        from transformer_course import probing, testing
         print("ORACLES", importlib.util.find_spec("transformer_course.oracles"), hasattr(transformer_course, "oracles"))
     """)
     assert "ORACLES None False" in printed
@@ -75,14 +75,51 @@ def test_a_copy_is_built_once_per_assignment_and_source():
     assert "is not available while notebook ps1 is graded" in renamed and "angle = position /" not in renamed
 
 
-def test_the_tables_match_the_notebooks():
-    """NOTEBOOKS lists each notebook's answer cells; each kept exercise is one its later tests substitute."""
-    for assignment, exercises in NOTEBOOKS.items():
+def test_the_registry_matches_the_notebooks_and_the_package():
+    """NOTEBOOKS lists each notebook's answer cells; FINISHED names each exercise's pieces, all in the package."""
+    notebooks, finished = registry()[:2]
+    assert set(finished) == {e for exercises in notebooks.values() for e in exercises}
+    for assignment, exercises in notebooks.items():
         solution = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
         assert set(answer_ids(solution)) == set(exercises), assignment
-        tests = "\n".join(c.source for g, c in nbgrader_cells(solution).items() if g.startswith("test_"))
-        for name in KEPT.get(assignment, ()):
-            assert "." in name or re.search(rf"course\.(\w+\.)?{name}\b", tests), f"{assignment} keeps {name}: no test uses it"
+    defined = {}
+    for exercise, pieces in finished.items():
+        for module, name in (piece.split(".") for piece in pieces):
+            if module not in defined:
+                tree = ast.parse((package_folder() / f"{module}.py").read_text(encoding="utf-8"))
+                defined[module] = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            assert name in defined[module], f"{exercise}: {module}.{name} is no function or class of the package"
+
+
+def _bodies(node):
+    """The statements of each function of ``node`` (a function, or a class's methods), docstrings left out."""
+    functions = [node] if isinstance(node, ast.FunctionDef) else [n for n in node.body if isinstance(n, ast.FunctionDef)]
+    return [f.body[1:] if ast.get_docstring(f, clean=False) is not None else f.body for f in functions]
+
+
+@pytest.mark.parametrize("assignment", list(registry().notebooks))
+def test_every_finished_exercise_of_the_notebook_and_the_later_ones_is_withheld(assignment):
+    """Nothing kept: each exercise of the notebook and of the later ones has its answer withheld, and its helpers
+    too unless an earlier notebook's finished part needs them; what is withheld only raises NotImplementedError."""
+    notebooks, finished = registry()[:2]
+    order = list(notebooks)
+    later = {e for a in order[order.index(assignment):] for e in notebooks[a]}
+    needed_earlier = {tuple(p.split(".")) for e, pieces in finished.items() if e not in later for p in pieces}
+    found = withheld(assignment, package_folder())
+    assert {exercise for exercise, answer in found.values() if answer} == later
+    for exercise in later:
+        for piece in map(tuple, (p.split(".") for p in finished[exercise])):
+            assert piece in found or piece in needed_earlier, f"{'.'.join(piece)} of {exercise} is kept"
+    assert not {owner for owner, _ in found.values()} - later, "a finished part of an earlier notebook is withheld"
+    by_module = {}
+    for (module, name), owner in found.items():
+        by_module.setdefault(module, {})[name] = owner
+    for module, names in by_module.items():
+        text = strip_source((package_folder() / f"{module}.py").read_text(encoding="utf-8"), names, assignment, module)
+        for node in ast.parse(text).body:
+            if getattr(node, "name", None) in names:
+                assert all(len(body) == 1 and isinstance(body[0], ast.Raise) for body in _bodies(node)), \
+                    f"{module}.{node.name} keeps code in {assignment}'s copy"
 
 
 @pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot create namespaces "
