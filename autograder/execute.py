@@ -50,7 +50,7 @@ MAX_REPLY = 1_000      # characters of an error's message taken from the kernel'
 @dataclass
 class Problem:
     index: int     # the cell, in nb.cells
-    kind: str      # timeout, output-limit, kernel-died, restart, not-run
+    kind: str      # timeout, output-limit, kernel-died, restart, not-run; "flag": for a person to read, not a fault
     message: str
 
 
@@ -320,7 +320,9 @@ class _Runner:
             cell.outputs.append(_error(ename, evalue))
             self.problems.append(Problem(index, kind, f"{ename}: {evalue}"))
         if judged:
-            _write_verdict(cell, self.judges.judge(cell.source, sent, self.seed))
+            verdict = self.judges.judge(cell.source, sent, self.seed)
+            _write_verdict(cell, verdict)
+            self.problems += [Problem(index, "flag", flag) for flag in verdict.flags]
         elif outcome == "error" and not any(o.output_type == "error" for o in cell.outputs):
             # The kernel's reply says the cell failed, but no error was shown: the reply decides.
             reply = self.kernel.reply if self.kernel else {}

@@ -103,7 +103,7 @@ def _serve(requests, replies, memory_mb):
         except MemoryError:
             verdict = Verdict(False, f"checking this cell's results needed more than the grader's {memory_mb} MB "
                                      "for it: does your code return far more data than the test asks for?")
-        _send(replies, (verdict.passed, verdict.message, verdict.printed[:MAX_PRINTED]))
+        _send(replies, (verdict.passed, verdict.message, verdict.printed[:MAX_PRINTED], verdict.flags[:10]))
 
 
 def _address_space():

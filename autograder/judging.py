@@ -17,7 +17,7 @@ import base64
 import binascii
 import contextlib
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # transformer_course (and torch) are imported only when a cell is judged: `python -m autograder --help`
 # and the instructor's side of grading stay quick.
@@ -148,6 +148,7 @@ class Verdict:
     passed: bool
     message: str = ""   # why it failed, in the judge's words
     printed: str = ""   # what the judges printed
+    flags: list = field(default_factory=list)   # for a person: results bit-identical to a forbidden library's
 
 
 def take_probe_data(message):
@@ -172,14 +173,15 @@ def judge_cell(source, sent, seed):
         return Verdict(False, f"the test cell sent {len(sent)} results for {len(judges)} tests: something "
                               "besides the tests sent data")
     printed = io.StringIO()
-    from transformer_course.probing import judging_with
+    from transformer_course.probing import flags_collected, judging_with
 
-    for judge, text in zip(judges, sent):
-        with contextlib.redirect_stdout(printed), judging_with(seed):
-            failure = _judge_one(judge, text)
-        if failure:
-            return Verdict(False, failure, printed.getvalue())
-    return Verdict(True, "", printed.getvalue())
+    with flags_collected() as flags:
+        for judge, text in zip(judges, sent):
+            with contextlib.redirect_stdout(printed), judging_with(seed):
+                failure = _judge_one(judge, text)
+            if failure:
+                return Verdict(False, failure, printed.getvalue(), flags)
+    return Verdict(True, "", printed.getvalue(), flags)
 
 
 def _judge_one(judge, text):

@@ -81,7 +81,8 @@ def _loads_bleu(call):
 _BLEU_INSTEAD = "the exercise asks you to count the clipped n-gram matches and the brevity penalty yourself"
 _BLEU_ORACLE = "sacreBLEU is used by the tests to check your answer"
 RULES = [
-    Rule(("LayerNorm",), _torch(lambda p: p in ("layer_norm", "LayerNorm", "native_layer_norm")),
+    Rule(("LayerNorm",), _torch(lambda p: p in ("layer_norm", "LayerNorm", "native_layer_norm", "group_norm",
+                                                  "GroupNorm", "native_group_norm")),
          "PyTorch's finished layer norm", "the exercise asks you to write it yourself from the mean and the variance",
          "F.layer_norm is used by the tests to check your answer"),
     Rule(("scaled_dot_product_attention",),

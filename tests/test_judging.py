@@ -7,6 +7,7 @@ import zipfile
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from autograder import judging
 from transformer_course import probing
@@ -209,3 +210,20 @@ def test_the_judges_of_the_full_source_decide():
     verdict = judging.judge_cell(JUDGED, [base64.b64encode(right).decode()], 5)
     assert verdict.passed, verdict.message
     assert not judging.judge_cell(JUDGED, [base64.b64encode(right).decode()], 6).passed
+
+
+def test_a_result_bit_for_bit_the_librarys_is_flagged_for_a_person_not_failed():
+    cell = ('def probe():\n    return {}\n\n\ndef judge(found):\n'
+            '    from transformer_course.probing import flag_if_same\n'
+            '    x = torch.randn(4, 6, generator=secret_generator("x"))\n'
+            '    flag_if_same(found["out"], F.layer_norm(x, (6,)), "F.layer_norm")\n\n\nrun_test(probe, judge)\n')
+    with probing.judging_with(3):
+        x = torch.randn(4, 6, generator=probing.secret_generator("x"))
+    by_library = F.layer_norm(x, (6,))
+    by_hand = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    assert torch.allclose(by_hand, by_library, atol=1e-5)
+    verdicts = [judging.judge_cell(cell, [base64.b64encode(probing.pack({"out": out})).decode()], 3)
+                for out in (by_library, by_hand)]
+    assert all(v.passed for v in verdicts)
+    assert verdicts[0].flags == ["its results on the secret inputs are bit-identical to F.layer_norm's"]
+    assert verdicts[1].flags == []

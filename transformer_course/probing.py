@@ -68,6 +68,33 @@ def secret_generator(tag=""):
     return torch.Generator().manual_seed(secret_seed(tag))
 
 
+_flags = contextvars.ContextVar("flags", default=None)   # what the judges flag while the grader judges a cell
+
+
+def flag_if_same(answer, library, name):
+    """For a judge: note, for a person (never a failure), that the answer's result ``answer`` is bit for bit the
+    library function ``name``'s result ``library`` on the same secret inputs: a call of it under a name the
+    source check cannot follow. An honest computation agrees to rounding, not to the last bit."""
+    flags = _flags.get()
+    if flags is None or not (isinstance(answer, torch.Tensor) and isinstance(library, torch.Tensor)):
+        return
+    with torch._C.DisableTorchFunctionSubclass():
+        same = answer.dtype == library.dtype and answer.shape == library.shape and bool(torch.equal(answer, library))
+    if same and answer.numel() > 1 and f"{name}" not in " ".join(flags):
+        flags.append(f"its results on the secret inputs are bit-identical to {name}'s")
+
+
+@contextlib.contextmanager
+def flags_collected():
+    """Within the block, flag_if_same collects into the list it yields."""
+    flags = []
+    token = _flags.set(flags)
+    try:
+        yield flags
+    finally:
+        _flags.reset(token)
+
+
 @contextlib.contextmanager
 def judging_with(seed):
     """For the grader: within the block, ``secret_seed`` derives from ``seed`` (the one the kernel was given)."""
