@@ -236,6 +236,9 @@ WRONG = [
            "norm_first is not passed on to the layers"),
     Answer("Encoder", "applies the first layer n_layers times", encoder(call="self.layers[0](x, src_mask)"),
            "apply every layer in turn"),
+    Answer("Encoder", "gives every layer the stack's input instead of the previous layer's output",
+           encoder(signature="self, inputs, src_mask=None", call="layer(inputs, src_mask)"),
+           "instead of the previous layer's output"),
     # Decoder
     Answer("Decoder", "keeps the layers in a plain Python list",
            decoder(layers="[DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first) for _ in range(n_layers)]"),
@@ -255,6 +258,12 @@ WRONG = [
     Answer("Decoder", "has no final LayerNorm for Pre-LN", decoder(norm="None"), "needs a final LayerNorm"),
     Answer("Decoder", "creates the final norm but never applies it", decoder(finish="return x"),
            "apply self.norm after the last layer"),
+    Answer("Decoder", "does not pass norm_first on to the layers",
+           decoder(layers="nn.ModuleList([DecoderLayer(d_model, n_heads, d_ff, dropout) for _ in range(n_layers)])"),
+           "norm_first is not passed on to the layers"),
+    Answer("Decoder", "gives every layer the stack's input instead of the previous layer's output",
+           decoder(signature="self, inputs, memory, src_mask=None, tgt_mask=None",
+                   call="layer(inputs, memory, src_mask, tgt_mask)"), "instead of the previous layer's output"),
     # Transformer
     Answer("Transformer", "scales the embeddings by sqrt(d_model) a second time",
            transformer(src_in="self.pos_encoding(self.src_embed(src) * math.sqrt(self.d_model))",
@@ -294,6 +303,14 @@ WRONG = [
            transformer(src_mask="padding_mask(src, 0)", tgt_mask="target_mask(tgt, 0)"), "pad_idx is ignored"),
     Answer("Transformer", "adds no positional encoding to the target",
            transformer(tgt_in="self.tgt_embed(tgt)"), "not added to the target embeddings"),
+    Answer("Transformer", "does not pass norm_first on to Encoder and Decoder",
+           transformer().replace("dropout, norm_first)", "dropout)"), "pass norm_first on to Encoder and Decoder"),
+    Answer("Transformer", "swaps num_encoder_layers and num_decoder_layers",
+           transformer().replace("Encoder(num_encoder_layers", "Encoder(num_decoder_layers")
+                        .replace("Decoder(num_decoder_layers", "Decoder(num_encoder_layers"), "num_encoder_layers = 2 layers"),
+    Answer("Transformer", "passes d_ff where n_heads belongs to the stacks",
+           transformer().replace("n_heads, d_ff, dropout", "d_ff, n_heads, dropout"),
+           "pass d_model, n_heads and d_ff on to Encoder and Decoder"),
 ]
 
 UNUSUAL = [

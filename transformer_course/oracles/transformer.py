@@ -2,18 +2,22 @@
 and tests/test_components.py.
 
 The checks are judges: they run in the grader's process on what the probes (transformer_course.probes.transformer)
-found in the kernel. The probe loads seeded weights into the student's module; the expected values come from
-PyTorch's own layers (nn.TransformerEncoderLayer, nn.TransformerDecoderLayer, nn.TransformerEncoder,
-nn.TransformerDecoder, nn.Transformer) in float64 holding the same weights, regenerated here from the same seeds,
-and, in train mode, from the course's sublayers of notebooks 04 and 05 put together as the paper's sublayers with
-the same weights and random numbers; never from the course's solution (transformer_course.layers,
-transformer_course.model), and never from weights or inputs the kernel sent back. The mistakes are built from
-PyTorch's sublayers too, only to name a mistake in a message. The one check on the model that compares the
-student's code with itself is check_transformer_dropout: forward against the student's own
-generator(decode(encode)) drawing the same random numbers, as the contract asks.
+found in the kernel. The probe loads weights drawn from the secret (probing.secret_generator) into the student's
+module; the judge draws them again from its own copy of the secret, never from what the kernel sent back.
 
-The functions that compute a layer, a stack or the model for the student are helpers of those exercises in
-own_work's table: during their tests an answer that calls them is refused.
+* The layers: the expected values come from PyTorch's own layers (nn.TransformerEncoderLayer,
+  nn.TransformerDecoderLayer) in float64 holding the same weights and, in train mode, from the course's sublayers
+  of notebooks 04 and 05 put together as the paper's sublayers with the same weights and random numbers.
+* The stacks and the model are tested on test doubles (probes.EncoderLayerDouble, DecoderLayerDouble,
+  EncoderDouble, DecoderDouble) in place of the parts they are built from: the expected values are what the
+  doubles' function (probes.double_layer, probes.double_stack) gives, put together as the contract says, in
+  float64 (and with PyTorch's F.layer_norm for the final LayerNorm).
+
+Never from the course's solution (transformer_course.layers, transformer_course.model). The mistakes are computed
+the same way with one thing changed, only to name a mistake in a message. The one check on the model that compares
+the student's code with itself is check_transformer_dropout: forward against the student's own
+generator(decode(encode)) drawing the same random numbers, as the contract asks (its eval-mode logits are
+checked against the oracle too).
 """
 import math
 import warnings
@@ -26,7 +30,7 @@ import transformer_course as course
 
 from .. import testing
 from ..layers import LayerNorm
-from ..probing import Raised, returned
+from ..probing import Raised, returned, secret_seed
 from ..probes import transformer as probes
 from .multi_head import copy_weights
 
@@ -195,10 +199,10 @@ def expected_layer(kind, weights, case, norm_first, args):
     return expected, {k: torch.no_grad()(v) for k, v in found.items()}
 
 
-def check_layer_against_pytorch(kind, runs, norm_first, cases):
+def check_layer_against_pytorch(kind, runs, norm_first, cases, tag):
     """The student's layer (in the probe: the case's weights loaded, eval mode) against PyTorch's with the same weights."""
-    for seed, (case, run) in enumerate(zip(cases, runs)):
-        weights, args = probes.layer_case(kind, case, seed)
+    for number, (case, run) in enumerate(zip(cases, runs)):
+        weights, args = probes.layer_case(kind, case, f"{tag} {number}")
         what = layer_what(kind, case, norm_first, args)
         out = outcome(run["out"], what, LAYER_HINTS[kind])
         again = returned(run["again"], what)
@@ -277,88 +281,11 @@ def decoder_layer_with_dropout(layer, x, memory, src_mask, tgt_mask, p, pre, out
     return x
 
 
-def torch_transformer(model, d_model, n_heads, d_ff, norm_first):
-    """PyTorch's nn.Transformer in float64 with the student's weights (no final norms for Post-LN)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        theirs = nn.Transformer(d_model, n_heads, len(model.encoder.layers), len(model.decoder.layers), d_ff,
-                                dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first,
-                                dtype=torch.float64)
-    theirs.encoder.enable_nested_tensor = theirs.encoder.use_nested_tensor = False
-    for mine, its in [(model.encoder, theirs.encoder), (model.decoder, theirs.decoder)]:
-        for layer, their_layer in zip(mine.layers, its.layers):
-            copy_layer(their_layer, layer)
-        if norm_first:
-            copy_norm(its.norm, mine.norm)
-        else:
-            its.norm = None
-    return theirs.eval()
 
 
-def sinusoids(length, d_model):
-    """The positional encoding, written with exp and log in float64."""
-    angle = torch.arange(length, dtype=torch.float64)[:, None] * torch.exp(
-        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
-
-
-def transformer_logits(model, theirs, src, tgt, pad, *, scale=None, positions=True, causal=True, tgt_padding=True,
-           src_padding_encoder=True, src_padding_cross=True, output="logits", parts=False, memory=None):
-    """Logits from PyTorch's nn.Transformer fed with the student's embedding tables and generator; the
-    keywords reproduce common mistakes."""
-    d_model = model.generator.in_features
-    scale = math.sqrt(d_model) if scale is None else scale
-    def embed(table, tokens, add):
-        x = F.embedding(tokens, table.detach().double()) * scale
-        return x + sinusoids(tokens.size(1), d_model) if add else x
-    length = tgt.size(1)
-    options = dict(
-        src_key_padding_mask=(src == pad) if src_padding_encoder else None,
-        memory_key_padding_mask=(src == pad) if src_padding_cross else None,
-        tgt_key_padding_mask=(tgt == pad) if tgt_padding else None,
-        tgt_mask=torch.ones(length, length, dtype=torch.bool).triu(1) if causal else None)
-    with torch.no_grad():
-        src_x = embed(model.src_embed.embedding.weight, src, positions in (True, "src"))
-        tgt_x = embed(model.tgt_embed.embedding.weight, tgt, positions in (True, "tgt"))
-        if parts:
-            if memory is None:
-                memory = theirs.encoder(src_x, src_key_padding_mask=options["src_key_padding_mask"])
-            memory = memory.double()
-            hidden = theirs.decoder(tgt_x, memory, tgt_mask=options["tgt_mask"],
-                                    tgt_key_padding_mask=options["tgt_key_padding_mask"],
-                                    memory_key_padding_mask=options["memory_key_padding_mask"])
-            return memory, hidden
-        logits = F.linear(theirs(src_x, tgt_x, **options), model.generator.weight.double(), model.generator.bias.double())
-    return {"logits": logits, "softmax": logits.softmax(-1), "log_softmax": logits.log_softmax(-1)}[output]
-
-
-def named_mistakes(model, theirs, src, tgt, pad):
-    """What common mistakes would return, from the same oracle with one thing changed."""
-    d_model = model.generator.in_features
-    found = {
-        "the embeddings are multiplied by sqrt(d_model) a second time: TokenEmbedding already scales them":
-            dict(scale=d_model),
-        "the embeddings are divided by sqrt(d_model), undoing TokenEmbedding's scale": dict(scale=1.0),
-        "the positional encoding is not added": dict(positions=False),
-        "the positional encoding is not added to the target embeddings (decode)": dict(positions="src"),
-        "the positional encoding is not added to the source embeddings (encode)": dict(positions="tgt"),
-        "forward returns softmax probabilities; it should return the logits (the loss applies log-softmax itself)":
-            dict(output="softmax"),
-        "forward returns log-probabilities; it should return the logits, without log_softmax": dict(output="log_softmax"),
-        "the decoder's self-attention is not causal: build tgt_mask with target_mask(tgt, self.pad_idx)": dict(causal=False),
-        "tgt_mask has no padding part: build it with target_mask(tgt, self.pad_idx), not causal_mask alone":
-            dict(tgt_padding=False),
-        "the cross-attention ignores the source padding: pass src_mask to decode as well": dict(src_padding_cross=False),
-        "the encoder ignores the source padding: pass src_mask to encode": dict(src_padding_encoder=False),
-    }
-    found = {k: (lambda options=options: transformer_logits(model, theirs, src, tgt, pad, **options)) for k, options in found.items()}
-    if pad != 0:
-        found["pad_idx is ignored (the masks use 0 instead of self.pad_idx)"] = lambda: transformer_logits(model, theirs, src, tgt, 0)
-    return found
-
-
-def check_layer_structure(kind, found):
-    """The hidden tests of `test_EncoderLayer_structure` / `test_DecoderLayer_structure`, on what layer_facts read."""
+def check_layer_structure(kind, found, tag):
+    """The hidden tests of `test_EncoderLayer_structure` / `test_DecoderLayer_structure`: what layer_facts read, then
+    the values of a Pre-LN layer (the layers' norm_first) with the weights of STRUCTURE_VALUE_CASES."""
     name, parts = ("EncoderLayer", "MultiHeadAttention and PositionwiseFeedForward") if kind == "encoder" else (
         "DecoderLayer", "both MultiHeadAttentions and PositionwiseFeedForward")
     attentions = probes.ATTENTIONS[kind]
@@ -392,27 +319,28 @@ def check_layer_structure(kind, found):
     if kind == "encoder":
         default = returned(found["default"], "EncoderLayer(8, 2, 16).dropout.p")
         assert default == 0.1, f"dropout should default to 0.1, got {default}"
+    check_layer_against_pytorch(kind, found["values"], True, probes.STRUCTURE_VALUE_CASES[kind], tag)
 
 
-def check_encoder_layer_structure(found):
+def check_encoder_layer_structure(found, tag):
     """The hidden tests of `test_EncoderLayer_structure`."""
-    check_layer_structure("encoder", found)
+    check_layer_structure("encoder", found, tag)
 
 
-def check_encoder_layer_post_ln(found):
+def check_encoder_layer_post_ln(found, tag):
     """The hidden tests of `test_EncoderLayer_post_ln`: the runs of probes.layer_runs on ENCODER_CASES."""
-    check_layer_against_pytorch("encoder", found, False, probes.ENCODER_CASES)
+    check_layer_against_pytorch("encoder", found, False, probes.ENCODER_CASES, tag)
 
 
-def check_encoder_layer_pre_ln(found):
+def check_encoder_layer_pre_ln(found, tag):
     """The hidden tests of `test_EncoderLayer_pre_ln`."""
-    check_layer_against_pytorch("encoder", found, True, probes.ENCODER_CASES)
+    check_layer_against_pytorch("encoder", found, True, probes.ENCODER_CASES, tag)
 
 
-def check_encoder_layer_mask(found):
+def check_encoder_layer_mask(found, tag):
     """The hidden tests of `test_EncoderLayer_mask`: per norm_first, the outputs for the masks of encoder_mask_case."""
-    for seed, (norm_first, outputs) in enumerate(zip((False, True), found)):
-        weights, x, masks = probes.encoder_mask_case(seed)
+    for number, (norm_first, outputs) in enumerate(zip((False, True), found)):
+        weights, x, masks = probes.encoder_mask_case(f"{tag} {number}")
         for mask, kind, out in zip(masks, ["a padding mask [3, 1, 1, 6]", "a mask [3, 1, 6, 6] with a different pattern per query"], outputs):
             what = f"EncoderLayer(16, 4, 24, norm_first={norm_first}).eval()(x, {kind})"
             out = outcome(out, what, "Pass src_mask to the self-attention.")
@@ -446,12 +374,13 @@ def dropout_mistakes(kind):
              dict(first_only=True))]
 
 
-def check_layer_dropout(kind, found):
+def check_layer_dropout(kind, found, tag):
     """The hidden tests of `test_EncoderLayer_dropout` / `test_DecoderLayer_dropout`, on the runs of probes.dropout_run."""
     configs = probes.ENCODER_DROPOUT_CASES if kind == "encoder" else [(n, True) for n in probes.DECODER_DROPOUT_CASES]
     with_dropout = encoder_layer_with_dropout if kind == "encoder" else decoder_layer_with_dropout
-    for seed, ((norm_first, mask), run) in enumerate(zip(configs, found)):
-        weights, args = probes.dropout_case(kind, seed)
+    for number, ((norm_first, mask), run) in enumerate(zip(configs, found)):
+        weights, args = probes.dropout_case(kind, number, tag)
+        seed = secret_seed(f"{tag} {number}")
         if kind == "encoder":
             what = f"EncoderLayer(16, 4, 24, dropout=0.3, norm_first={norm_first}).train()(x{'' if mask is None else ', src_mask'})"
             out = returned(run["out"], what)
@@ -469,31 +398,31 @@ def check_layer_dropout(kind, found):
                              "random numbers", atol=1e-5, mistakes=found_mistakes)
 
 
-def check_encoder_layer_dropout(found):
+def check_encoder_layer_dropout(found, tag):
     """The hidden tests of `test_EncoderLayer_dropout`."""
-    check_layer_dropout("encoder", found)
+    check_layer_dropout("encoder", found, tag)
 
 
-def check_decoder_layer_structure(found):
+def check_decoder_layer_structure(found, tag):
     """The hidden tests of `test_DecoderLayer_structure`."""
-    check_layer_structure("decoder", found)
+    check_layer_structure("decoder", found, tag)
 
 
-def check_decoder_layer_post_ln(found):
+def check_decoder_layer_post_ln(found, tag):
     """The hidden tests of `test_DecoderLayer_post_ln`: the runs of probes.layer_runs on DECODER_CASES."""
-    check_layer_against_pytorch("decoder", found, False, probes.DECODER_CASES)
+    check_layer_against_pytorch("decoder", found, False, probes.DECODER_CASES, tag)
 
 
-def check_decoder_layer_pre_ln(found):
+def check_decoder_layer_pre_ln(found, tag):
     """The hidden tests of `test_DecoderLayer_pre_ln`."""
-    check_layer_against_pytorch("decoder", found, True, probes.DECODER_CASES)
+    check_layer_against_pytorch("decoder", found, True, probes.DECODER_CASES, tag)
 
 
-def check_decoder_layer_masks(found):
+def check_decoder_layer_masks(found, tag):
     """The hidden tests of `test_DecoderLayer_masks`: per norm_first, the runs on DECODER_MASK_CASES and the gradients
     of probes.causality_grads."""
     for norm_first, (runs, causality) in zip((False, True), found):
-        check_layer_against_pytorch("decoder", runs, norm_first, probes.DECODER_MASK_CASES)
+        check_layer_against_pytorch("decoder", runs, norm_first, probes.DECODER_MASK_CASES, f"{tag} {norm_first}")
         grads = outcome(causality, "DecoderLayer(...)(x [2, 6, 16], memory [2, 3, 16], None, tgt_mask)",
                         "The self-attention takes tgt_mask.")
         for position, grad in enumerate(grads):
@@ -502,52 +431,81 @@ def check_decoder_layer_masks(found):
                 "the self-attention must use tgt_mask")
 
 
-def check_decoder_layer_dropout(found):
+def check_decoder_layer_dropout(found, tag):
     """The hidden tests of `test_DecoderLayer_dropout`."""
-    check_layer_dropout("decoder", found)
+    check_layer_dropout("decoder", found, tag)
 
 
-def layer_parameter_count(kind, d_model, d_ff):
-    """The parameters of one EncoderLayer / DecoderLayer: attention projections, feed-forward, LayerNorms."""
-    attentions, norms = len(probes.ATTENTIONS[kind]), len(probes.NORMS[kind])
-    return 4 * attentions * (d_model * d_model + d_model) + 2 * d_model * d_ff + d_ff + d_model + 2 * norms * d_model
 
 
-def check_stack_structure(kind, found):
-    """The hidden tests of `test_Encoder_structure` (kind "encoder") and `test_Decoder_structure` ("decoder"), on
-    what probes.stack_facts read."""
-    name = "Encoder" if kind == "encoder" else "Decoder"
-    for (n_layers, d_model, n_heads, d_ff, p, norm_first), facts in zip(probes.STACK_STRUCTURE_CASES, found):
-        what = f"{name}({n_layers}, {d_model}, {n_heads}, {d_ff}, dropout={p}, norm_first={norm_first})"
-        facts = returned(facts, what)
-        count_layers = returned(facts["n_layers"], f"len({what}.layers)")
-        assert count_layers == n_layers, f"{what} has {count_layers} layers"
-        count = facts["count"]
-        expected = n_layers * layer_parameter_count(kind, d_model, d_ff) + (2 * d_model if norm_first else 0)
-        assert count == expected, (f"{what} has {count} parameters, expected {expected}: distinct layers"
-                                   + (" and one final LayerNorm" if norm_first else ", no final norm"))
-        for layer in facts["layers"]:
-            assert returned(layer["d_ff"], what) == d_ff and returned(layer["dropout"], what) == p, (
-                f"{what}: pass d_model, n_heads, d_ff and dropout on to every {name}Layer")
-            returned(layer["call"], f"a layer of {what}")
-            assert returned(layer["heads"], what) == n_heads, f"{what}: pass n_heads on to every {name}Layer"
+# ----------------------------------------------------------------------------- the stacks, on layer doubles
+
+def double_count(d_model):
+    """The parameters of one layer double (probes.EncoderLayerDouble / DecoderLayerDouble): one d x d linear map."""
+    return d_model * d_model + d_model
 
 
-def stack_mistakes(run, layers, norm_first):
-    """The mistakes an Encoder and a Decoder share, each computed by `run` (PyTorch's layers applied with a change)."""
+def stack_of_doubles(kind, weights, args, norm_first, *, p=0.0, dtype=torch.float64, order=None, chain=True, flip=False,
+                     finish=True, extra_norm=False, own_memory=False, **masks):
+    """What an Encoder / Decoder whose layers are the layer doubles with ``weights`` returns on the case's
+    arguments: the doubles (probes.double_layer) applied in turn, then the final LayerNorm for Pre-LN. Dropout ``p``
+    draws from the global generator as the doubles' nn.Dropout does (compute in the kernel's float32 then). The
+    keywords reproduce mistakes, only to name them: the ``order`` of the layers, ``chain=False`` (every layer reads
+    the stack's input), ``flip`` (the layers get the other norm_first), ``finish=False`` (no final LayerNorm),
+    ``extra_norm`` (a LayerNorm after a Post-LN stack), ``own_memory``, a mask given by name (src_mask=None)."""
+    n_layers = 1 + max(int(name.split(".")[1]) for name in weights if name.startswith("layers."))
+    x = args[0].to(dtype)
+    if kind == "encoder":
+        memory, src_mask, tgt_mask = None, args[1], None
+    else:
+        memory, src_mask, tgt_mask = args[1].to(dtype), args[2], args[3]
+    src_mask, tgt_mask = masks.get("src_mask", src_mask), masks.get("tgt_mask", tgt_mask)
+    drop = (lambda t: F.dropout(t, p)) if p else (lambda t: t)
+    h = x
+    for i in range(n_layers) if order is None else order:
+        weight, bias = (weights[f"layers.{i}.linear.{name}"].to(dtype) for name in ("weight", "bias"))
+        given = h if chain else x
+        if kind == "encoder":
+            h = probes.double_layer(given, weight, bias, norm_first ^ flip, drop, src_mask)
+        else:
+            h = probes.double_layer(given, weight, bias, norm_first ^ flip, drop, tgt_mask,
+                                    given if own_memory else memory, src_mask)
+    if norm_first and finish:
+        h = F.layer_norm(h, (h.size(-1),), weights["norm.gamma"].to(dtype), weights["norm.beta"].to(dtype))
+    return F.layer_norm(h, (h.size(-1),)) if extra_norm else h
+
+
+def stack_mistakes(kind, weights, args, norm_first):
+    """What common mistakes of an Encoder / Decoder would return on the case (stack_of_doubles with one change)."""
+    run = lambda **change: stack_of_doubles(kind, weights, args, norm_first, **change)  # noqa: E731
+    n_layers = 1 + max(int(name.split(".")[1]) for name in weights if name.startswith("layers."))
+    call = "x = layer(x, src_mask)" if kind == "encoder" else "x = layer(x, memory, src_mask, tgt_mask)"
     found = {}
     if norm_first:
-        found["the final LayerNorm `norm` is not applied after the last layer"] = lambda: run(layers, finish=False)
-        found["norm_first is not passed on to the layers (they are Post-LN)"] = lambda: run(layers, flip=True)
-    if len(layers) > 1:
-        found["the first layer is applied n_layers times; apply each layer of self.layers once"] = (
-            lambda: run([layers[0]] * len(layers)))
+        found["the final LayerNorm `norm` is not applied: apply self.norm after the last layer"] = lambda: run(finish=False)
+        found["norm_first is not passed on to the layers (they are Post-LN)"] = lambda: run(flip=True)
+    else:
+        found["a LayerNorm is applied after the last layer: in Post-LN every layer ends with its own, `norm` is None"] = (
+            lambda: run(extra_norm=True))
+    if n_layers > 1:
+        found[f"the first layer is applied n_layers times: apply every layer in turn, {call}, and return the last x"] = (
+            lambda: run(order=[0] * n_layers))
+        found["the layers are applied in reverse order"] = lambda: run(order=list(range(n_layers))[::-1])
+        found[f"every layer reads the stack's input x instead of the previous layer's output: {call}"] = (
+            lambda: run(chain=False))
+    src_mask, tgt_mask = (args[1], None) if kind == "encoder" else (args[2], args[3])
+    if src_mask is not None:
+        found["src_mask is not passed to the layers: pass src_mask to every layer"] = lambda: run(src_mask=None)
+    if tgt_mask is not None:
+        found["tgt_mask is not passed to the layers: pass tgt_mask to every layer"] = lambda: run(tgt_mask=None)
+    if kind == "decoder" and args[0].size(1) == args[1].size(1):
+        if src_mask is not None and tgt_mask is not None:
+            found["the two masks are swapped: call each layer as layer(x, memory, src_mask, tgt_mask)"] = (
+                lambda: run(src_mask=tgt_mask, tgt_mask=src_mask))
+        if src_mask is None:
+            found["each layer attends to its own input instead of the encoder's memory: every layer reads the same "
+                  "memory"] = lambda: run(own_memory=True)
     return found
-
-
-def check_encoder_structure(found):
-    """The hidden tests of `test_Encoder_structure`."""
-    check_stack_structure("encoder", found)
 
 
 UNREGISTERED = ("the stack's .eval() does not reach its layers, so their dropout stays on: they are kept in a plain "
@@ -561,171 +519,292 @@ def layers_registered(probed, what):
         raise AssertionError(f"{what}: {UNREGISTERED}")
 
 
-def check_encoder_values(found):
-    """The hidden tests of `test_Encoder_values`: the runs of probes.stack_runs on ENCODER_STACK_CASES."""
-    for seed, ((n_layers, norm_first, lengths), probed) in enumerate(zip(probes.ENCODER_STACK_CASES, found)):
-        weights, (x, mask) = probes.stack_case("encoder", (n_layers, norm_first, lengths), seed)
-        what = (f"Encoder({n_layers}, 16, 4, 24, norm_first={norm_first}).eval()(x [3, 6, 16]"
-                + ("" if mask is None else ", src_mask [3, 1, 1, 6]") + ")")
-        out = outcome(probed["result"], what, "Each layer is called as layer(x, src_mask).")
-        layers_registered(probed, what)
-        theirs = torch_stack(weight_tree(weights), "encoder", 16, 4, 24, norm_first)
-        kpm = None if mask is None else ~mask[:, 0, 0]
-        xd = x.double()
-        with torch.no_grad():
-            expected = theirs(xd, src_key_padding_mask=kpm)
-
-        @torch.no_grad()
-        def run(layers, finish=True, padding=kpm, chain=True, flip=False):
-            """PyTorch's layers applied in the given order, with or without the final norm (mistakes only)."""
-            h = xd
-            for layer in layers:
-                layer.norm_first ^= flip
-                h = layer(h if chain else xd, src_key_padding_mask=padding)
-                layer.norm_first ^= flip
-            return theirs.norm(h) if finish and theirs.norm is not None else h
-
-        mistakes = stack_mistakes(run, theirs.layers, norm_first)
-        if mask is not None:
-            mistakes["src_mask is not passed to the layers"] = lambda: run(theirs.layers, padding=None)
-        if n_layers > 1:
-            mistakes["the layers are applied in reverse order"] = lambda: run(list(theirs.layers)[::-1])
-            mistakes["every layer reads the stack's input x instead of the previous layer's output"] = (
-                lambda: run(theirs.layers, chain=False))
-        testing.assert_close(out, expected, what, atol=1e-5, dtype=torch.float32, mistakes=mistakes)
+def received_hint(kind, received, args):
+    """What the layer doubles were given that they should not have been (probes.received_names), as a sentence, or ""."""
+    if not isinstance(received, list):
+        return ""
+    names = ("src_mask",) if kind == "encoder" else ("memory", "src_mask", "tgt_mask")
+    given = dict(zip(names, args[1:]))
+    wrong = [f"layer {i} was given {got[name]} as {name}" for i, got in enumerate(received) if isinstance(got, dict)
+             for name in names if got.get(name) != (name if given[name] is not None else "None")]
+    return "; ".join(wrong[:3]) + ". " if wrong else ""
 
 
-def decoder_outcome(found, what, memory):
-    """What decoder_call found: the output; when the call failed, the message names a layer that was given
-    another memory than the encoder's (a loop that overwrites memory) before the general hint."""
+def stack_outcome(kind, found, what, args):
+    """What probes.stack_call found: the output; when the call failed, a message that names what the layers were
+    given that they should not have been (a memory other than the encoder's, the masks in another order)."""
     result = found["result"]
+    if isinstance(result, Raised) and result.type_name == "AttributeError":
+        raise AssertionError(f"{what} raised AttributeError: {result.first_line}. The test gives its weights to each "
+                             "layer of `layers` and, with norm_first=True, to the final LayerNorm `norm`: keep those "
+                             "attributes of the exercise")
     if isinstance(result, Raised) and result.type_name in ("RuntimeError", "TypeError", "IndexError"):
-        if found["wrong_memory"] is not None:
-            raise AssertionError(f"{what} failed: layer {found['wrong_memory']} was given another memory than the encoder's "
-                                 f"(shape {list(memory.shape)}): every layer reads the same memory; update only x, "
+        received = found.get("received") if isinstance(found.get("received"), list) else []
+        memory = next(((i, got["memory"]) for i, got in enumerate(received)
+                       if isinstance(got, dict) and got.get("memory", "memory") != "memory"), None)
+        if kind == "decoder" and memory is not None:
+            raise AssertionError(f"{what} failed: layer {memory[0]} was given {memory[1]} as memory instead of the "
+                                 "encoder's output: every layer reads the same memory; update only x, "
                                  "x = layer(x, memory, src_mask, tgt_mask)")
+        call = "layer(x, src_mask)" if kind == "encoder" else "layer(x, memory, src_mask, tgt_mask)"
         raise AssertionError(f"{what} failed with {result.type_name}: {result.message}. "
-                             "Call each layer as layer(x, memory, src_mask, tgt_mask), in this order.")
+                             f"{received_hint(kind, received, args)}Call each layer as {call}, in this order.")
     return returned(result, what)
 
 
-def stack_reference(kind, weights, args, norm_first, seed):
-    """The stack in train mode as the course's sublayers put together layer by layer, with dropout 0.3 everywhere,
-    drawing the random numbers of ``seed``: what the student's layers applied in turn give."""
-    n_layers = 1 + max(int(name.split(".")[1]) for name in weights if name.startswith("layers."))
-    rates = dict.fromkeys(probes.ATTENTIONS[kind] + ("feed_forward",), 0.3)
-    layers = []   # built first: building draws random numbers
-    for i in range(n_layers):
-        prefix = f"layers.{i}."
-        layers.append(sublayers_of(kind, {name[len(prefix):]: value for name, value in weights.items()
-                                          if name.startswith(prefix)}, rates))
-    final = LayerNorm(16)
-    with testing.same_random_numbers(seed):
-        h = args[0]
-        for layer in layers:
-            h = (encoder_layer_with_dropout(layer, h, args[1], 0.3, norm_first) if kind == "encoder" else
-                 decoder_layer_with_dropout(layer, h, *args[1:], 0.3, norm_first))
-        if norm_first:
-            with torch.no_grad():
-                final.gamma.copy_(weights["norm.gamma"])
-                final.beta.copy_(weights["norm.beta"])
-            h = final(h)
-    return h.detach()
+def check_stack_on_doubles(kind, found, weights, args, norm_first, what, **options):
+    """The output of a stack built on layer doubles against stack_of_doubles, naming a mistake where one fits and
+    otherwise what the layers were given that they should not have been."""
+    out = stack_outcome(kind, found, what, args)
+    layers_registered(found, what)
+    expected = stack_of_doubles(kind, weights, args, norm_first, **options)
+    mistakes = {} if options else stack_mistakes(kind, weights, args, norm_first)
+    try:
+        testing.assert_close(out, expected, what, atol=1e-5, dtype=torch.float32, mistakes=mistakes)
+    except AssertionError as error:
+        hint = received_hint(kind, found.get("received"), args)
+        raise AssertionError(f"{error}" + (f". {hint.strip()}" if hint else "")) from None
 
 
-def check_stack_dropout(kind, found):
-    """The hidden tests of `test_Encoder_dropout` / `test_Decoder_dropout`: in train mode the stack gives what its own
-    layers give applied in turn with the same random numbers, and its dropout is active."""
+def stack_what(kind, case, args, n_heads=4, d_ff=24, extra=""):
+    """The call of one case of ENCODER_STACK_CASES / DECODER_STACK_CASES, as the messages name it."""
+    n_layers, norm_first = case[:2]
+    name = "Encoder" if kind == "encoder" else "Decoder"
+    shapes = [f"x {list(args[0].shape)}"] + ([] if kind == "encoder" else [f"memory {list(args[1].shape)}"])
+    masks = dict(zip(("src_mask",) if kind == "encoder" else ("src_mask", "tgt_mask"), args[1:] if kind == "encoder" else args[2:]))
+    shapes += [f"{mask} {list(value.shape)}" for mask, value in masks.items() if value is not None]
+    return (f"{name}({n_layers}, 16, {n_heads}, {d_ff}{extra}, norm_first={norm_first}) on the test's layer doubles "
+            f"({', '.join(shapes)})")
+
+
+def check_stack_values(kind, found, cases, tag):
+    """The hidden tests of `test_Encoder_values` / `test_Decoder_values`: the runs of probes.stack_runs."""
+    for number, (case, probed) in enumerate(zip(cases, found)):
+        weights, args = probes.stack_case(kind, case, f"{tag} {number}")
+        what = stack_what(kind, case, args).replace(") on", ").eval() on")
+        check_stack_on_doubles(kind, probed, weights, args, case[1], what)
+
+
+def check_stack_structure(kind, found, tag):
+    """The hidden tests of `test_Encoder_structure` / `test_Decoder_structure`: what probes.stack_facts read of
+    stacks built on layer doubles, then the values of one with the weights of STACK_STRUCTURE_VALUE_CASES."""
+    name = "Encoder" if kind == "encoder" else "Decoder"
+    for (n_layers, d_model, n_heads, d_ff, p, norm_first), facts in zip(probes.STACK_STRUCTURE_CASES, found["stacks"]):
+        what = f"{name}({n_layers}, {d_model}, {n_heads}, {d_ff}, dropout={p}, norm_first={norm_first})"
+        facts = returned(facts, what)
+        count_layers = returned(facts["n_layers"], f"len({what}.layers)")
+        assert count_layers == n_layers, f"{what} has {count_layers} layers"
+        count = facts["count"]
+        expected = n_layers * double_count(d_model) + (2 * d_model if norm_first else 0)
+        assert count == expected, (f"{what} on the test's layer doubles has {count} parameters, expected {expected}: "
+                                   f"{n_layers} distinct layers" + (" and one final LayerNorm" if norm_first else ", no final norm"))
+        arguments = {"d_model": d_model, "n_heads": n_heads, "d_ff": d_ff, "dropout": p, "norm_first": norm_first}
+        for layer in facts["layers"]:
+            for argument, value in arguments.items():
+                given = returned(layer[argument], f"{what}: the {argument} of a layer")
+                assert given == value, (f"{what}: a layer was built with {argument}={given!r}, expected {value!r}: pass "
+                                        f"d_model, n_heads, d_ff, dropout and norm_first on to every {name}Layer")
+    check_stack_values(kind, found["values"], probes.STACK_STRUCTURE_VALUE_CASES[kind], tag)
+
+
+def check_stack_dropout(kind, found, tag):
+    """The hidden tests of `test_Encoder_dropout` / `test_Decoder_dropout`: in train mode the stack gives what its layers
+    give applied in turn with the same random numbers, its dropout is active, and its eval-mode output is right."""
     name = kind.capitalize()
-    for seed, (norm_first, run) in enumerate(zip((False, True), found)):
-        weights, args = probes.stack_dropout_case(kind, seed)
+    for number, (norm_first, run) in enumerate(zip((False, True), found)):
+        weights, args = probes.stack_dropout_case(kind, number, tag)
         rates = [returned(rate, f"the dropout of a {name}Layer") for rate in run["rates"]]
         assert all(rate == 0.3 for rate in rates), f"pass the dropout argument on to every {name}Layer"
-        if kind == "encoder":
-            inputs = "x, src_mask"
-            out = returned(run["train"]["result"], f"{name}(3, 16, 4, 24).train()({inputs})")
-        else:
-            inputs = "x, memory, masks"
-            out = decoder_outcome(run["train"], "Decoder(3, 16, 4, 24).train()(x, memory, src_mask, tgt_mask)", args[1])
-        expected = stack_reference(kind, weights, args, norm_first, seed)
-        testing.assert_close(out, expected, f"{name}(3, 16, 4, 24, dropout=0.3, norm_first={norm_first}).train()({inputs}) "
-                             "(same random numbers as the layers applied in turn)", atol=1e-5)
-        evaluated = returned(run["eval"], f"{name}(3, 16, 4, 24).eval()({inputs})")
-        assert not torch.allclose(out, evaluated), "train mode gives the eval-mode output: dropout is not active"
+        what = stack_what(kind, (3, norm_first), args, extra=", dropout=0.3")
+        with testing.same_random_numbers(secret_seed(f"{tag} {number}")):
+            check_stack_on_doubles(kind, run["train"], weights, args, norm_first, what.replace(") on", ").train() on")
+                                   + " (the same random numbers as its layers applied in turn)", p=0.3, dtype=torch.float32)
+        evaluated = returned(run["eval"], what.replace(") on", ").eval() on"))
+        assert not torch.allclose(returned(run["train"]["result"], what), evaluated), (
+            "train mode gives the eval-mode output: dropout is not active")
+        check_stack_on_doubles(kind, {"result": evaluated}, weights, args, norm_first, what.replace(") on", ").eval() on"))
 
 
-def check_encoder_dropout(found):
+def check_encoder_structure(found, tag):
+    """The hidden tests of `test_Encoder_structure`."""
+    check_stack_structure("encoder", found, tag)
+
+
+def check_encoder_values(found, tag):
+    """The hidden tests of `test_Encoder_values`: the runs of probes.stack_runs on ENCODER_STACK_CASES."""
+    check_stack_values("encoder", found, probes.ENCODER_STACK_CASES, tag)
+
+
+def check_encoder_dropout(found, tag):
     """The hidden tests of `test_Encoder_dropout`."""
-    check_stack_dropout("encoder", found)
+    check_stack_dropout("encoder", found, tag)
 
 
-def check_decoder_structure(found):
+def check_decoder_structure(found, tag):
     """The hidden tests of `test_Decoder_structure`."""
-    check_stack_structure("decoder", found)
+    check_stack_structure("decoder", found, tag)
 
 
-def check_decoder_values(found):
+def check_decoder_values(found, tag):
     """The hidden tests of `test_Decoder_values`: the runs of probes.stack_runs on DECODER_STACK_CASES."""
-    for seed, (case, probed) in enumerate(zip(probes.DECODER_STACK_CASES, found)):
-        n_layers, norm_first, src_len = case[:3]
-        weights, (x, memory, src_mask, tgt_mask) = probes.stack_case("decoder", case, seed)
-        what = (f"Decoder({n_layers}, 16, 4, 24, norm_first={norm_first}).eval()(x [3, 5, 16], memory [3, {src_len}, 16]"
-                + ("" if src_mask is None else f", src_mask [3, 1, 1, {src_len}]")
-                + ("" if tgt_mask is None else ", tgt_mask [3, 1, 5, 5]") + ")")
-        out = decoder_outcome(probed, what, memory)
-        layers_registered(probed, what)
-        theirs = torch_stack(weight_tree(weights), "decoder", 16, 4, 24, norm_first)
-        options = dict(tgt_mask=None if tgt_mask is None else torch_mask(tgt_mask, 3, 4, 5, 5),
-                       memory_key_padding_mask=None if src_mask is None else ~src_mask[:, 0, 0])
-        xd, md = x.double(), memory.double()
-        with torch.no_grad():
-            expected = theirs(xd, md, **options)
-
-        @torch.no_grad()
-        def run(layers, finish=True, own_memory=False, flip=False, **changes):
-            """PyTorch's layers applied in the given order, with or without the final norm (mistakes only)."""
-            h = xd
-            for layer in layers:
-                layer.norm_first ^= flip
-                h = layer(h, h if own_memory else md, **dict(options, **changes))
-                layer.norm_first ^= flip
-            return theirs.norm(h) if finish and theirs.norm is not None else h
-
-        mistakes = stack_mistakes(run, theirs.layers, norm_first)
-        if tgt_mask is not None:
-            mistakes["tgt_mask is not passed to the layers"] = lambda: run(theirs.layers, tgt_mask=None)
-        if src_mask is not None:
-            mistakes["src_mask is not passed to the layers"] = lambda: run(theirs.layers, memory_key_padding_mask=None)
-        if n_layers > 1 and src_mask is None and src_len == 5:
-            mistakes["each layer attends to its own input instead of the encoder's memory"] = (
-                lambda: run(theirs.layers, own_memory=True))
-        testing.assert_close(out, expected, what, atol=1e-5, dtype=torch.float32, mistakes=mistakes)
+    check_stack_values("decoder", found, probes.DECODER_STACK_CASES, tag)
 
 
-def check_decoder_dropout(found):
+def check_decoder_dropout(found, tag):
     """The hidden tests of `test_Decoder_dropout`."""
-    check_stack_dropout("decoder", found)
+    check_stack_dropout("decoder", found, tag)
 
 
-def check_transformer_structure(found):
-    """The hidden tests of `test_Transformer_structure`, on what the probe read of the model."""
+# ----------------------------------------------------------------------------- the model, on stack doubles
+
+def sinusoids(length, d_model):
+    """The positional encoding, written with exp and log in float64."""
+    angle = torch.arange(length, dtype=torch.float64)[:, None] * torch.exp(
+        -math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1)
+
+
+class DoubledModel:
+    """The Transformer the tests build, on the stack doubles (probes.EncoderDouble, DecoderDouble), with the case's
+    weights: its parts in float64, to put together as the contract says (transformer_logits)."""
+
+    def __init__(self, weights, n_enc, n_dec, norm_first):
+        self.weights, self.n_enc, self.n_dec, self.norm_first = weights, n_enc, n_dec, norm_first
+        self.d_model = weights["generator.weight"].shape[1]
+
+    def part(self, name):
+        return self.weights[name].double()
+
+    def stack(self, name, n_layers, x, self_mask, memory=None, cross_mask=None):
+        return probes.double_stack(x, self.part(f"{name}.linear.weight"), self.part(f"{name}.linear.bias"),
+                                   self.part(f"{name}.gamma"), self.part(f"{name}.beta"), n_layers, self.norm_first,
+                                   lambda t: t, self_mask, memory, cross_mask)
+
+    def encode(self, x, src_mask):
+        return self.stack("encoder", self.n_enc, x, src_mask)
+
+    def decode(self, x, memory, src_mask, tgt_mask):
+        return self.stack("decoder", self.n_dec, x, tgt_mask, memory.double(), src_mask)
+
+    def generate(self, hidden):
+        return F.linear(hidden, self.part("generator.weight"), self.part("generator.bias"))
+
+
+def transformer_logits(model, src, tgt, pad, *, scale=None, positions=True, causal=True, tgt_padding=True,
+                       src_padding_encoder=True, src_padding_cross=True, output="logits", parts=False, memory=None):
+    """The logits of ``model`` (a DoubledModel) for src and tgt, put together as the contract says; the keywords
+    reproduce common mistakes. With ``parts``: (memory, decoder states), the decoder reading ``memory`` if given."""
+    d_model = model.d_model
+    scale = math.sqrt(d_model) if scale is None else scale
+
+    def embed(name, tokens, add):
+        x = F.embedding(tokens, model.part(f"{name}.embedding.weight")) * scale
+        return x + sinusoids(tokens.size(1), d_model) if add else x
+    length = tgt.size(1)
+    src_keep = (src != pad)[:, None, None, :]
+    tgt_mask = (tgt != pad)[:, None, None, :] if tgt_padding else torch.ones(1, 1, 1, length, dtype=torch.bool)
+    if causal:
+        tgt_mask = tgt_mask & probes.causal(length)
+    with torch.no_grad():
+        src_x, tgt_x = embed("src_embed", src, positions in (True, "src")), embed("tgt_embed", tgt, positions in (True, "tgt"))
+        if memory is None:
+            memory = model.encode(src_x, src_keep if src_padding_encoder else None)
+        hidden = model.decode(tgt_x, memory, src_keep if src_padding_cross else None, tgt_mask)
+        if parts:
+            return memory, hidden
+        logits = model.generate(hidden)
+    return {"logits": logits, "softmax": logits.softmax(-1), "log_softmax": logits.log_softmax(-1)}[output]
+
+
+def named_mistakes(model, src, tgt, pad):
+    """What common mistakes would return, from the same oracle with one thing changed."""
+    d_model = model.d_model
+    found = {
+        "the embeddings are multiplied by sqrt(d_model) a second time: TokenEmbedding already scales them":
+            dict(scale=d_model),
+        "the embeddings are divided by sqrt(d_model), undoing TokenEmbedding's scale": dict(scale=1.0),
+        "the positional encoding is not added": dict(positions=False),
+        "the positional encoding is not added to the target embeddings (decode)": dict(positions="src"),
+        "the positional encoding is not added to the source embeddings (encode)": dict(positions="tgt"),
+        "forward returns softmax probabilities; it should return the logits (the loss applies log-softmax itself)":
+            dict(output="softmax"),
+        "forward returns log-probabilities; it should return the logits, without log_softmax": dict(output="log_softmax"),
+        "the decoder's self-attention is not causal: build tgt_mask with target_mask(tgt, self.pad_idx)": dict(causal=False),
+        "tgt_mask has no padding part: build it with target_mask(tgt, self.pad_idx), not causal_mask alone":
+            dict(tgt_padding=False),
+        "the cross-attention ignores the source padding: pass src_mask to decode as well": dict(src_padding_cross=False),
+        "the encoder ignores the source padding: pass src_mask to encode": dict(src_padding_encoder=False),
+    }
+    found = {k: (lambda options=options: transformer_logits(model, src, tgt, pad, **options)) for k, options in found.items()}
+    if pad != 0:
+        found["pad_idx is ignored (the masks use 0 instead of self.pad_idx)"] = lambda: transformer_logits(model, src, tgt, 0)
+    found["norm_first is not passed on to Encoder and Decoder"] = lambda: transformer_logits(
+        DoubledModel(model.weights, model.n_enc, model.n_dec, not model.norm_first), src, tgt, pad)
+    if model.n_enc != model.n_dec:
+        found["the encoder has num_decoder_layers layers and the decoder num_encoder_layers"] = lambda: transformer_logits(
+            DoubledModel(model.weights, model.n_dec, model.n_enc, model.norm_first), src, tgt, pad)
+    return found
+
+
+def transformer_what(case):
+    src_vocab, tgt_vocab, n_enc, n_dec, norm_first, pad, _, _ = case
+    return (f"Transformer({src_vocab}, {tgt_vocab}, d_model=16, n_heads=4, num_encoder_layers={n_enc}, "
+            f"num_decoder_layers={n_dec}, d_ff=24, pad_idx={pad}, norm_first={norm_first}) on the test's stack doubles")
+
+
+def check_transformer_run(run, case, tag):
+    """One run of probes.transformer_values_run (the case's pad index drawn from the secret, as the probe drew it):
+    forward, encode and decode against the oracle."""
+    case, weights, src, tgt, memory = probes.transformer_case(case, tag)
+    n_enc, n_dec, norm_first, pad = case[2:6]
+    model = DoubledModel(weights, n_enc, n_dec, norm_first)
+    what = f"{transformer_what(case)}, .eval()(src {list(src.shape)}, tgt {list(tgt.shape)})"
+    run = returned(run, what)
+    out = outcome(run["logits"], what, "The encoder and the cross-attention take src_mask = padding_mask(src, "
+                  "self.pad_idx), the decoder's self-attention tgt_mask = target_mask(tgt, self.pad_idx).")
+    testing.assert_close(out, transformer_logits(model, src, tgt, pad), what, atol=1e-4, dtype=torch.float32,
+                         mistakes=named_mistakes(model, src, tgt, pad))
+    # encode and decode on their own (decode with a memory of the test's)
+    encoded, _ = transformer_logits(model, src, tgt, pad, parts=True)
+    _, hidden = transformer_logits(model, src, tgt, pad, parts=True, memory=memory)
+    testing.assert_close(returned(run["encode"], f"{what}: encode(src, src_mask)"), encoded,
+                         f"{what}: encode(src, src_mask)", atol=1e-4, mistakes={
+        "encode ignores src_mask": lambda: transformer_logits(model, src, tgt, pad, parts=True, src_padding_encoder=False)[0]})
+    testing.assert_close(returned(run["decode"], f"{what}: decode(tgt, memory, src_mask, tgt_mask)"), hidden,
+                         f"{what}: decode(tgt, memory, src_mask, tgt_mask)", atol=1e-4, mistakes={
+        "decode applies the generator; it should return the decoder's states [B, T, d_model]": lambda: model.generate(hidden)})
+
+
+def check_transformer_values(found, tag):
+    """The hidden tests of `test_Transformer_values`: the runs of probes.transformer_values_run."""
+    for number, (case, run) in enumerate(zip(probes.TRANSFORMER_VALUE_CASES, found)):
+        check_transformer_run(run, case, f"{tag} {number}")
+
+
+def check_transformer_structure(found, tag):
+    """The hidden tests of `test_Transformer_structure`, on what the probe read of the model, then its values."""
     what = ("Transformer(17, 9, d_model=24, n_heads=3, num_encoder_layers=1, num_decoder_layers=2, d_ff=20, "
             "dropout=0.3, max_len=33, pad_idx=2, norm_first=True)")
-    facts = {name: returned(value, f"{what}: {name}") for name, value in returned(found, what).items() if name != "call"}
+    facts = {name: returned(value, f"{what}: {name}") for name, value in returned(found["facts"], what).items()}
     assert facts["pad_idx"] == 2, f"{what}.pad_idx is {facts['pad_idx']}, expected 2"
     assert facts["tables"] == [17, 9], f"{what}: the source table needs 17 rows and the target table 9"
     assert facts["generator"] == [24, 9], f"{what}: the generator should map 24 -> 9"
     assert facts["pe"] == [33, 24], f"{what}: pos_encoding should be PositionalEncoding(24, 33, 0.3)"
     assert facts["pe_dropout"] == 0.3, f"{what}: pass dropout on to PositionalEncoding"
-    assert facts["norms"], f"{what}: pass norm_first on to Encoder and Decoder"
-    assert all(p == 0.3 and d_ff == 20 for p, d_ff in facts["layers"]), f"{what}: pass d_ff and dropout on to Encoder and Decoder"
-    outcome(found["call"], f"{what}(src [1, 4], tgt [1, 3])", "Check the masks forward builds.")
-    assert facts["heads"] == 3, f"{what}: pass n_heads on to Encoder and Decoder"
+    encoder, decoder = facts["stacks"]
+    assert [encoder[0], decoder[0]] == [1, 2], (
+        f"{what}: the encoder should have num_encoder_layers = 1 layer and the decoder num_decoder_layers = 2")
+    assert all(stack[1:4] == [24, 3, 20] for stack in (encoder, decoder)), (
+        f"{what}: pass d_model, n_heads and d_ff on to Encoder and Decoder")
+    assert all(stack[4] == 0.3 for stack in (encoder, decoder)), f"{what}: pass dropout on to Encoder and Decoder"
+    assert all(stack[5] is True for stack in (encoder, decoder)), f"{what}: pass norm_first on to Encoder and Decoder"
     assert facts["positional"] == 1, f"{what}: one PositionalEncoding serves both sides"
+    for number, (case, run) in enumerate(zip(probes.TRANSFORMER_STRUCTURE_CASES, found["values"])):
+        check_transformer_run(run, case, f"{tag} {number}")
 
 
 def check_xavier(matrices, gammas):
-    """The matrices (name -> initial values) look Xavier-uniform, and the LayerNorms' gammas (name -> values) are 1."""
+    """The matrices (name -> initial values) look Xavier-uniform, and the gammas (name -> values) are 1."""
     for name, weight in matrices.items():
         fan_out, fan_in = weight.shape
         bound = math.sqrt(6 / (fan_in + fan_out))
@@ -747,54 +826,23 @@ def check_xavier(matrices, gammas):
         assert torch.all(p == 1), f"{name} changed: only parameters with more than one dimension get Xavier"
 
 
-def check_transformer_init(found):
-    """The hidden tests of `test_Transformer_init`: per norm_first, the model's initial parameters."""
-    for params in found:
+def check_transformer_init(found, tag):
+    """The hidden tests of `test_Transformer_init`: per norm_first, the model's initial parameters; then the values
+    of a model with the weights of TRANSFORMER_INIT_CASES."""
+    for params in found["params"]:
         params = returned(params, "Transformer(90, 50, d_model=32, n_heads=4, num_encoder_layers=2, "
                                   "num_decoder_layers=2, d_ff=48)")
         check_xavier({name: p for name, p in params.items() if p.dim() > 1},
                      {name: p for name, p in params.items() if p.dim() == 1 and name.endswith("gamma")})
+    for number, (case, run) in enumerate(zip(probes.TRANSFORMER_INIT_CASES, found["values"])):
+        check_transformer_run(run, case, f"{tag} {number}")
 
 
-def model_tree(weights):
-    tree = weight_tree(weights)
-    tree.generator.in_features = weights["generator.weight"].shape[1]
-    return tree
-
-
-def check_transformer_values(found):
-    """The hidden tests of `test_Transformer_values`: the runs of probes.transformer_values_run."""
-    for seed, (case, run) in enumerate(zip(probes.TRANSFORMER_VALUE_CASES, found)):
-        src_vocab, tgt_vocab, n_enc, n_dec, norm_first, pad, _, _ = case
-        weights, src, tgt, memory = probes.transformer_case(case, seed)
-        model = model_tree(weights)
-        theirs = torch_transformer(model, 16, 4, 24, norm_first)
-        what = (f"Transformer({src_vocab}, {tgt_vocab}, d_model=16, n_heads=4, num_encoder_layers={n_enc}, "
-                f"num_decoder_layers={n_dec}, d_ff=24, pad_idx={pad}, norm_first={norm_first}).eval()"
-                f"(src {list(src.shape)}, tgt {list(tgt.shape)})")
-        out = outcome(run["logits"], what, "The encoder and the cross-attention take src_mask = padding_mask(src, "
-                      "self.pad_idx), the decoder's self-attention tgt_mask = target_mask(tgt, self.pad_idx).")
-        d = 16
-        testing.assert_close(out, transformer_logits(model, theirs, src, tgt, pad), what, atol=1e-4, dtype=torch.float32,
-                             mistakes=named_mistakes(model, theirs, src, tgt, pad))
-        # encode and decode on their own (decode with a memory of the test's)
-        encoded, _ = transformer_logits(model, theirs, src, tgt, pad, parts=True)
-        _, hidden = transformer_logits(model, theirs, src, tgt, pad, parts=True, memory=memory)
-        testing.assert_close(returned(run["encode"], f"{what}: encode(src, src_mask)"), encoded,
-                             f"{what}: encode(src, src_mask)", atol=1e-4, mistakes={
-            "encode ignores src_mask": lambda: theirs.encoder(
-                F.embedding(src, weights["src_embed.embedding.weight"].double()) * math.sqrt(d) + sinusoids(src.size(1), d))})
-        testing.assert_close(returned(run["decode"], f"{what}: decode(tgt, memory, src_mask, tgt_mask)"), hidden,
-                             f"{what}: decode(tgt, memory, src_mask, tgt_mask)", atol=1e-4, mistakes={
-            "decode applies the generator; it should return the decoder's states [B, T, d_model]":
-                lambda: F.linear(hidden, weights["generator.weight"].double(), weights["generator.bias"].double())})
-
-
-def check_transformer_masks(found):
+def check_transformer_masks(found, tag):
     """The hidden tests of `test_Transformer_masks`: the runs of probes.transformer_mask_run."""
-    for seed, ((norm_first, pad), run) in enumerate(zip(probes.TRANSFORMER_MASK_CASES, found)):
-        weights, src, tgt = probes.mask_case(seed)
-        what = f"Transformer(25, 35, ..., pad_idx={pad}, norm_first={norm_first}).eval()"
+    for number, run in enumerate(found):
+        norm_first, pad, weights, src, tgt = probes.mask_case(number, tag)
+        what = f"Transformer(25, 35, ..., pad_idx={pad}, norm_first={norm_first}) on the test's stack doubles, .eval()"
         run = returned(run, what)
         logits = outcome(run["logits"], what + "(src [3, 6], tgt [3, 5])", "Check the masks.")
         # padding of the source never changes the logits of the real target tokens
@@ -810,17 +858,16 @@ def check_transformer_masks(found):
         # padding appended to the target leaves the earlier logits alone
         assert torch.allclose(returned(run["more"], what + "(src, tgt with 2 more padding tokens)")[:, :5], logits, atol=1e-5), (
             f"{what}: appending padding to the target changed the earlier logits")
-        model = model_tree(weights)
-        theirs = torch_transformer(model, 16, 2, 24, norm_first)
-        testing.assert_close(logits, transformer_logits(model, theirs, src, tgt, pad), what + "(src, tgt)", atol=1e-4,
-                             mistakes=named_mistakes(model, theirs, src, tgt, pad))
+        model = DoubledModel(weights, 2, 2, norm_first)
+        testing.assert_close(logits, transformer_logits(model, src, tgt, pad), what + "(src, tgt)", atol=1e-4,
+                             mistakes=named_mistakes(model, src, tgt, pad))
 
 
-def check_transformer_dropout(found):
-    """The hidden tests of `test_Transformer_dropout`: per norm_first, the dropout rates, the logits in train mode,
-    generator(decode(tgt, encode(src, src_mask), src_mask, tgt_mask)) drawing the same random numbers, and the
-    logits in eval mode."""
-    for norm_first, run in zip((False, True), found):
+def check_transformer_dropout(found, tag):
+    """The hidden tests of `test_Transformer_dropout`: per norm_first, the dropout rates, the logits in train mode
+    against generator(decode(tgt, encode(src, src_mask), src_mask, tgt_mask)) drawing the same random numbers, and
+    the logits in eval mode against the oracle."""
+    for number, (norm_first, run) in enumerate(zip((False, True), found)):
         run = returned(run, "Transformer(25, 35, ..., dropout=0.3)")
         drops = run["rates"]
         assert drops and all(p == 0.3 for p in drops), (
@@ -830,13 +877,10 @@ def check_transformer_dropout(found):
                              f"Transformer(..., dropout=0.3, norm_first={norm_first}).train()(src, tgt), against "
                              "generator(decode(tgt, encode(src, src_mask), src_mask, tgt_mask)) drawing the same random numbers "
                              "(forward should build the masks, encode, then decode),", atol=1e-5)
-        assert not torch.allclose(out, returned(run["eval"], "model.eval()(src, tgt)"), atol=1e-4), (
-            "train mode gives the eval-mode logits")
-
-
-_LAYER = (copy_norm, copy_layer, torch_layer, compose, encoder_layer_mistakes, encoder_layer_with_dropout,
-          decoder_layer_mistakes, decoder_layer_with_dropout, expected_layer, sublayers_of)
-_STACK = (torch_stack, stack_reference)
-_MODEL = (torch_transformer, sinusoids, transformer_logits, named_mistakes)
-ANSWER_HELPERS = {"EncoderLayer": _LAYER, "DecoderLayer": _LAYER, "Encoder": _LAYER + _STACK,
-                  "Decoder": _LAYER + _STACK, "Transformer": _LAYER + _STACK + _MODEL}
+        evaluated = returned(run["eval"], "model.eval()(src, tgt)")
+        assert not torch.allclose(out, evaluated, atol=1e-4), "train mode gives the eval-mode logits"
+        weights, src, tgt = probes.dropout_model_case(number, tag)
+        model = DoubledModel(weights, 2, 2, norm_first)
+        testing.assert_close(evaluated, transformer_logits(model, src, tgt, 0),
+                             f"Transformer(25, 35, ..., norm_first={norm_first}) on the test's stack doubles, .eval()(src, tgt)",
+                             atol=1e-4, mistakes=named_mistakes(model, src, tgt, 0))
