@@ -130,6 +130,8 @@ WRONG = [
     Answer("greedy_decode", "reads the scores of the first position", greedy(position="0"), "should begin"),
     Answer("greedy_decode", "makes max_len new tokens (max_len + 1 ids with <bos>)", greedy(steps="max_len"),
            "more than max_len"),
+    Answer("greedy_decode", "the loop's condition is inverted: it returns the <bos> column alone",
+           greedy(stop="if not finished.all(): break"), "returned <bos> alone"),
     # beam_search
     Answer("beam_search", "chooses the answer by the raw sum of log-probabilities",
            beam(score="c[1]"), "chosen by the raw sum"),
@@ -178,6 +180,21 @@ def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty
            "stops as soon as the best extension ends in <eos>"),
     Answer("beam_search", "adds raw scores instead of log-probabilities",
            beam(log_probs="model.generator(out[:, -1])"), "F.log_softmax"),
+    Answer("beam_search", "reads the stand-in model's table instead of running the model", '''
+def beam_search(model, src, beam_size, max_len, bos_idx, eos_idx, length_penalty=0.6):
+    source = tuple(t for t in src[0].tolist() if t != model.pad_idx)
+    live, finished = [([bos_idx], 0.0)], []
+    while live and len(live[0][0]) < max_len:
+        candidates = []
+        for ids, score in live:
+            log_probs = F.log_softmax(torch.tensor(model.table(source, tuple(ids)), dtype=torch.float64), dim=-1)
+            candidates += [(ids + [token], score + log_probs[token].item()) for token in range(len(log_probs))]
+        candidates.sort(key=lambda c: c[1], reverse=True)
+        kept = candidates[:beam_size]
+        finished += [c for c in kept if c[0][-1] == eos_idx]
+        live = [c for c in kept if c[0][-1] != eos_idx]
+    return max(finished + live, key=lambda c: c[1] / ((5 + len(c[0]) - 1) / 6) ** length_penalty)[0]
+''', "use only model.encode, model.decode and model.generator"),
     # corpus_bleu
     Answer("corpus_bleu", "averages sentence-level BLEU", SENTENCE_AVERAGE, "average of sentence-level BLEU"),
     Answer("corpus_bleu", "does not clip", bleu(matched="sum(k for g, k in hyp_counts.items() if g in ref_counts)"),

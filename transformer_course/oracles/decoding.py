@@ -1,19 +1,17 @@
 """Oracles of notebook 08 (greedy_decode, beam_search, corpus_bleu): the judges of its test cells.
 
-The probes (in the kernel) run the student's decoders on stand-in models whose scores come from fixed tables
-(transformer_course.probes.decoding: TableModel, the tables and the cases) and hand back what they returned
+The probes (in the kernel) run the student's decoders on stand-in models whose scores come from tables
+(transformer_course.probes.decoding: TableModel, the tables and the cases), and on a small real Transformer
+whose table is read from its forward() (``forward_table``), and hand back what they returned
 and what the stand-ins saw wrong; the checks here take that data (``found``) and read the expected values from
 the same tables on Python lists: the greedy rows row by row, the beam search step by step as the contract
 describes it, with the log-probabilities written out in float64. BLEU comes from sacreBLEU on the space-joined
 tokens with its own tokenisation and smoothing off; its checks take the student's corpus_bleu (in a judge, its
 results replayed, probing.replayed), so sacreBLEU runs only in the judge. Never from the course's solution
 (transformer_course.decoding, transformer_course.bleu). Known mistakes are computed too, only to name a
-mistake in a message.
-
-The functions that compute an exercise's answer are helpers of that exercise in own_work's table: during its
-tests an answer that calls them is refused.
+mistake in a message. The hidden tests' cases come from the probes module, drawn from the grading run's secret:
+a judge rebuilds them from its own copy of it (probing.secret_generator).
 """
-import itertools
 import math
 import zlib
 from collections import Counter
@@ -346,6 +344,21 @@ def check_greedy_decode_shape(found):
         assert 1 <= out.size(1) <= max_len, (f"{what} has {out.size(1)} ids per row; it should have at least 1 "
                                              f"(<bos>) and at most max_len={max_len}, <bos> included")
         assert (out[:, 0] == bos).all(), f"{what} starts with {out[:, 0].tolist()}: every row starts with bos_idx={bos}"
+        if max_len > 1:
+            check_first_tokens(out, case, result, what)
+
+
+def check_first_tokens(out, case, result, what):
+    """The token after <bos> of every row is the model's first argmax (a value the shapes alone cannot give)."""
+    expected = [row[1] for row in greedy_rows(case.table, unpadded(case.src, case.pad), case.max_len, case.bos, case.eos)]
+    assert out.size(1) >= 2, (f"{what} returned <bos> alone: with max_len={case.max_len} every row gets at least one "
+                              "token more (no row has ended before the first step)")
+    got = out[:, 1].tolist()
+    if got != expected:
+        problems = result["mask_problems"]
+        raise AssertionError(f"{what}: the tokens after <bos> should be {expected} (the argmax of the model's scores "
+                             f"for each row), got {got}" + (". The model saw wrong masks: " + "; ".join(problems)
+                                                           if problems else ""))
 
 
 def check_greedy_rows(out, expected, what):
@@ -359,14 +372,14 @@ def check_greedy_rows(out, expected, what):
                                  "last position, with the causal mask and the source's padding mask")
 
 
-def real_greedy_rows():
-    """Greedy decoding of probes.REAL_SOURCE with the real Transformer's forward(), one sentence at a time."""
-    real, src, rows = probes.real_transformer(), torch.tensor(probes.REAL_SOURCE), []
-    for row in range(src.size(0)):
-        ys = torch.tensor([[1]])
-        while ys.size(1) < 9 and (ys.size(1) == 1 or ys[0, -1].item() != 2):
+def real_greedy_rows(case):
+    """Greedy decoding of the real Transformer's sources (probes.RealCase) with its forward(), one sentence at a time."""
+    real, rows = probes.real_transformer(case.seed, case.bos, case.eos), []
+    for row in case.src.tolist():
+        source, ys = torch.tensor([[t for t in row if t != 0]]), torch.tensor([[case.bos]])
+        while ys.size(1) < case.max_len and (ys.size(1) == 1 or ys[0, -1].item() != case.eos):
             with torch.no_grad():
-                logits = real(src[row:row + 1, :int((src[row] != 0).sum())], ys)
+                logits = real(source, ys)
             ys = torch.cat([ys, logits[0, -1].argmax().view(1, 1)], dim=1)
         rows.append(ys[0].tolist())
     return rows
@@ -374,42 +387,50 @@ def real_greedy_rows():
 
 def check_greedy_decode_values(found):
     """The hidden tests of `test_greedy_decode_values` (found: "cases", probes.runs of probes.greedy_value_cases(),
-    "real": probes.real_run)."""
-    cases = probes.greedy_value_cases()
-    for (case, rows), result in paired(cases, found["cases"]):
-        what = f"greedy_decode(model, src [5, 5], max_len={case.max_len}, bos_idx={case.bos}, eos_idx={case.eos})"
+    "real": probes.real_run of probes.real_greedy_case())."""
+    for (case, rows), result in paired(probes.greedy_value_cases(), found["cases"]):
+        batch, what = case.src.size(0), greedy_what(case)
         out = outcome(result["out"], what, GREEDY_HINT)
         saw_no_wrong_masks(result, what)
-        assert out.dim() == 2 and out.size(0) == 5, f"{what} has shape {list(out.shape)}, expected [5, L]"
+        assert out.dim() == 2 and out.size(0) == batch, f"{what} has shape {list(out.shape)}, expected [{batch}, L]"
         check_greedy_rows(out, greedy_rows(case.table, rows, case.max_len, case.bos, case.eos), what)
-    out = outcome(found["real"], "greedy_decode(a real Transformer, ...)", GREEDY_HINT)
-    for row, want in enumerate(real_greedy_rows()):
+    case = probes.real_greedy_case()
+    what = f"greedy_decode(a real Transformer, src {list(case.src.shape)}, max_len={case.max_len}, ...)"
+    out = outcome(found["real"], what, GREEDY_HINT)
+    testing.check_tensor(out, what, dtype=torch.long)
+    for row, want in enumerate(real_greedy_rows(case)):
         n = min(len(want), out.size(1))
         assert out[row, :n].tolist() == want[:n], (
-            f"greedy_decode with a real Transformer: row {row} should begin {want[:n]}, got "
-            f"{out[row, :n].tolist()}. Does every step use the causal mask and src_mask = padding_mask(src, pad)?")
+            f"{what}: row {row} should begin {want[:n]}, got {out[row, :n].tolist()}. Does every step use the causal "
+            "mask and src_mask = padding_mask(src, model.pad_idx)?")
 
 
 def check_greedy_decode_stopping(found):
     """The hidden tests of `test_greedy_decode_stopping` (found: probes.runs of probes.greedy_stopping_cases())."""
     results = paired(probes.greedy_stopping_cases(), found)
-    for case, result in results["random"]:
-        what = f"greedy_decode(model, src [4, 4], max_len={case.max_len}, bos_idx={case.bos}, eos_idx={case.eos})"
+    for case, result in results["random"] + results["copy"]:
+        what = greedy_what(case)
         out = outcome(result["out"], what, GREEDY_HINT)
         problem = stopping_problem(out, case.max_len, case.eos, case.pad)
         assert problem is None, f"{what} = {out.tolist()}: {problem}"
+    # Where the copy model's rows end is known: after its source and <eos>, or not within max_len.
     for case, result in results["copy"]:
-        out = outcome(result["out"], "greedy_decode(copy_model, ...)", GREEDY_HINT)
-        problem = stopping_problem(out, 30, 2, 0)
-        assert problem is None, (f"greedy_decode(copy_model, {case.src.tolist()}, max_len=30, 1, 2) = {out.tolist()}: "
-                                 f"{problem}")
+        out, what = result["out"], f"greedy_decode(copy_model, {case.src.tolist()}, max_len={case.max_len}, ...)"
+        for row, (source, ids) in enumerate(zip(unpadded(case.src, case.pad), out.tolist())):
+            end = len(source) + 1 if len(source) + 2 <= case.max_len else None
+            got = ids.index(case.eos, 1) if case.eos in ids[1:] else None
+            assert got == end, (f"{what} = {out.tolist()}: row {row} should "
+                                + (f"say <eos> (eos_idx={case.eos}) at position {end}, after repeating its source"
+                                   if end is not None else f"not reach <eos> within max_len={case.max_len} ids")
+                                + (f", not at position {got}" if got is not None else "")
+                                + ". The next token is the argmax of the model's scores at the last position")
 
 
 def check_beam_search_basics(found):
-    """The hidden tests of `test_beam_search_basics` (found: probes.runs of probes.beam_basics_cases())."""
-    results = paired(probes.beam_basics_cases(), found)
-    # beam_size=1 is greedy decoding
-    for case, result in results[:-1]:
+    """The hidden tests of `test_beam_search_basics` (found: probes.beam_basics_probe)."""
+    results = paired(probes.beam_basics_cases(), found["cases"])
+    # beam_size=1 is greedy decoding (an answer may call greedy_decode for it: the tests' double's row is accepted)
+    for case, result in results[:-2]:
         bos, eos, max_len = case.bos, case.eos, case.max_len
         what = f"beam_search(model, src, beam_size=1, max_len={max_len}, bos_idx={bos}, eos_idx={eos})"
         got = as_id_list(outcome(result["out"], what, BEAM_HINT), what)
@@ -417,22 +438,48 @@ def check_beam_search_basics(found):
         assert got[:1] == [bos], f"{what} returned {got}: the hypothesis starts with bos_idx={bos}"
         assert len(got) <= max_len, f"{what} returned {len(got)} ids, more than max_len={max_len} (<bos> included)"
         assert eos not in got[1:-1], f"{what} returned {got}: it goes on after <eos>"
+        if got == double_row(case):
+            continue
         saw_no_wrong_masks(result, what)
         assert got == expected, f"{what} returned {got}; with beam_size=1 beam search is greedy decoding: {expected}"
+    # the copy model with a wider beam: the contract's search returns its source, then <eos>
+    check_beam(*results[-2])
     # max_len=1: only <bos>
-    got = as_id_list(outcome(results[-1][1]["out"], "beam_search(..., max_len=1)", BEAM_HINT), "beam_search(..., max_len=1)")
-    assert got == [1], f"beam_search(..., max_len=1) returned {got}: with room for one id the answer is [bos_idx]"
+    case, result = results[-1]
+    what = f"beam_search(model, src, beam_size={case.beam_size}, max_len=1, bos_idx={case.bos}, eos_idx={case.eos})"
+    got = as_id_list(outcome(result["out"], what, BEAM_HINT), what)
+    assert got == [case.bos], f"{what} returned {got}: with room for one id the answer is [bos_idx] = [{case.bos}]"
+    check_real_beam(probes.real_beam_case("beam_search basics real", beam_sizes=(2, 3)), found["real"])
 
 
-def best_by_brute_force(table):
-    """The best hypothesis of at most 5 ids over the words 2 to 5 of a 6-word table (source [3, 4, 5]), alpha 0.6."""
-    return max((ids for n in range(2, 6) for ids in ([1] + list(body) for body in itertools.product([2, 3, 4, 5], repeat=n - 1))
-                if 2 not in ids[1:-1] and (ids[-1] == 2 or len(ids) == 5)),
-               key=lambda ids: penalised(total_log_prob(table, (3, 4, 5), ids), ids, 0.6))
+def double_row(case):
+    """The row the tests' greedy_decode double (probes.greedy_double) gives for ``case``, cut after its <eos>."""
+    row = probes.double_rows(case.src, case.max_len, case.bos, case.eos, case.pad, case.vocab_size)[0].tolist()
+    return row[:row.index(case.eos, 1) + 1] if case.eos in row[1:] else row
+
+
+def brute_force_best(case):
+    """The best hypothesis of ``case`` by its penalised score (alpha 0.6 unless the case says otherwise), over every
+    hypothesis of at most max_len ids that never says <pad> or <bos>."""
+    alpha = 0.6 if case.alpha is None else case.alpha
+    source = tuple(unpadded(case.src, case.pad)[0])
+    words = [w for w in range(case.vocab_size) if w not in (case.pad, case.bos)]
+    best = (-math.inf, None)
+
+    def visit(ids, total):
+        nonlocal best
+        if len(ids) > 1 and (ids[-1] == case.eos or len(ids) == case.max_len):
+            best = max(best, (penalised(total, ids, alpha), list(ids)), key=lambda b: b[0])
+            return
+        lp = log_probs(case.table, source, ids)
+        for word in words:
+            visit(ids + (word,), total + lp[word])
+    visit((case.bos,), 0.0)
+    return best[1]
 
 
 def check_beam_search_search(found):
-    """The hidden tests of `test_beam_search_search` (found: probes.beam_probe of probes.beam_search_cases())."""
+    """The hidden tests of `test_beam_search_search` (found: probes.beam_search_probe)."""
     results, stand_ins = paired(probes.beam_search_cases(), found["cases"]), found["stand_ins"]
     # The contract's search on random tables, step by step.
     for case, result in results["random"]:
@@ -440,24 +487,72 @@ def check_beam_search_search(found):
     # Where greedy decoding misses the best hypothesis (found by brute force over all of them), a beam of 4 finds it:
     # each table was searched twice, with the default length_penalty and with 0.6 given.
     brute_force = results["brute_force"]
-    for seed, (case, result), (given, given_result) in zip(probes.BRUTE_FORCE_SEEDS, brute_force[::2], brute_force[1::2]):
-        best = best_by_brute_force(case.table)
-        what = f"beam_search(model, src, beam_size=4, max_len=5) with random_table(6, seed={seed})"
+    for (case, result), (given, given_result) in zip(brute_force[::2], brute_force[1::2]):
+        best = brute_force_best(case)
+        what = (f"beam_search(model, src, beam_size=4, max_len=5, bos_idx={case.bos}, eos_idx={case.eos}) with a random "
+                "table on which greedy decoding misses the best hypothesis")
         got = as_id_list(outcome(result["out"], what, BEAM_HINT), what)
         if got != best:
             check_beam(given, given_result, what, stand_ins=stand_ins)
             raise AssertionError(f"{what} returned {got}; the best hypothesis (by brute force) is {best}")
     # Finished hypotheses are kept: <eos> at once wins for every beam size; <eos> is the best first step, yet a
-    # longer hypothesis wins with the penalty: the search must go on; other special ids, and padding in the source.
-    for name in ("early_end", "eos_first", "specials"):
+    # longer hypothesis wins with the penalty: the search must go on; a finished hypothesis takes a place of the beam
+    # only in the step where it ends.
+    for name in ("early_end", "eos_first", "eos_kept"):
         for case, result in results[name]:
             check_beam(case, result, stand_ins=stand_ins)
+    check_real_beam(probes.real_beam_case("beam_search search real", beam_sizes=(3, 4)), found["real"])
 
 
 def check_beam_search_length_penalty(found):
-    """The hidden tests of `test_beam_search_length_penalty` (found: probes.beam_probe of probes.beam_penalty_cases())."""
+    """The hidden tests of `test_beam_search_length_penalty` (found: probes.beam_penalty_probe)."""
     for case, result in paired(probes.beam_penalty_cases(), found["cases"]):
         check_beam(case, result, stand_ins=found["stand_ins"])
+    check_real_beam(probes.real_beam_case("beam_search length penalty real", beam_sizes=(2, 4), alphas=(0.0, 2.0)),
+                    found["real"])
+
+
+def forward_table(model, src):
+    """The scores a Transformer gives the token after ``prefix``, read from its forward() on the sentence without
+    its padding (its own masks): the table of a real model, for reference_beam."""
+    source = torch.tensor([[t for t in src[0].tolist() if t != model.pad_idx]])
+    cache = {}
+
+    def table(_, prefix):
+        if prefix not in cache:
+            with torch.no_grad():
+                cache[prefix] = model(source, torch.tensor([prefix]))[0, -1].double().tolist()
+        return cache[prefix]
+    return table
+
+
+REAL_MODEL_HINT = ("A real model has nothing but encode, decode, generator and pad_idx: use only model.encode, model.decode "
+                   "and model.generator, with src_mask = padding_mask(src, model.pad_idx) and the causal mask at every step")
+
+
+def check_real_beam(case, result):
+    """The answer's search with a real Transformer (probes.RealCase; result: probes.real_run) is the contract's: the
+    same hypothesis, or one whose penalised score is the same up to float32 rounding."""
+    model = probes.real_transformer(case.seed, case.bos, case.eos)
+    table, source = forward_table(model, case.src), ()
+    alpha = 0.6 if case.alpha is None else case.alpha
+    what = (f"beam_search(a real Transformer, src {list(case.src.shape)}, beam_size={case.beam_size}, "
+            f"max_len={case.max_len}, bos_idx={case.bos}, eos_idx={case.eos}, length_penalty={case.alpha})")
+    if isinstance(result, Raised) and result.type_name != "AssertionError" and not (
+            result.type_name == "ZeroDivisionError" and case.alpha == 0):
+        raise AssertionError(f"{what} failed with {result.type_name}: {result.message}. {REAL_MODEL_HINT}")
+    got = as_id_list(beam_outcome(result, what, case.alpha), what)
+    expected = reference_beam(table, source, case.beam_size, case.max_len, case.bos, case.eos, alpha,
+                              model.generator.out_features)
+    if got == expected:
+        return
+    assert got[:1] == [case.bos], f"{what} returned {got}: the hypothesis should start with bos_idx={case.bos}"
+    valid = len(got) <= case.max_len and all(0 <= t < model.generator.out_features for t in got)
+    score = penalised(total_log_prob(table, source, got), got, alpha) if valid else -math.inf
+    best = penalised(total_log_prob(table, source, expected), expected, alpha)
+    assert abs(score - best) <= 1e-5 * max(1.0, abs(best)), (
+        f"{what} returned {got}, but the contract's search returns {expected} (penalised score {best:.4f}"
+        + (f" against {score:.4f}" if valid else "") + f"). {REAL_MODEL_HINT}")
 
 
 def check_bleu_cases(corpus_bleu, cases):
@@ -478,8 +573,3 @@ def check_corpus_bleu_parts(corpus_bleu):
 def check_corpus_bleu_edge_cases(corpus_bleu):
     """The hidden tests of `test_corpus_bleu_edge_cases`."""
     check_bleu_cases(corpus_bleu, probes.bleu_edge_cases())
-
-
-_BEAM = (log_probs, total_log_prob, penalised, reference_beam, logits_table, beam_mistakes)
-ANSWER_HELPERS = {"greedy_decode": (log_probs, greedy_rows), "beam_search": _BEAM,
-                  "corpus_bleu": (sacre, variant, bleu_mistakes)}

@@ -1,10 +1,14 @@
 """Notebook 08: the tests' stand-in models, their tables and inputs, shared by the kernel and the judges.
 
-The probes run the student's decoders on ``TableModel``s (in the kernel) and hand back what they returned and
-what the stand-ins saw wrong (their call log, ``mask_problems``); the judges (transformer_course.oracles.
-decoding, in the grader) decode the same tables themselves, from the same cases built here from the same
-seeds. BLEU's probes record the student's corpus_bleu on the corpora listed here; sacreBLEU runs only in the
-judge. Nothing here knows an expected value.
+The probes run the student's decoders on ``TableModel``s and on a small real Transformer (in the kernel) and
+hand back what they returned and what the stand-ins saw wrong (``mask_problems``); the judges (transformer_course.
+oracles.decoding, in the grader) decode the same tables themselves, from the same cases built here. The hidden
+tests' cases are drawn from the grading run's secret (probing.secret_generator): table seeds, sizes, sources,
+special ids, and every id of the designed tables renamed (``relabeled``), so the kernel and the judge build the
+same cases and no answer can know them in advance. beam_search's tests give it ``greedy_double`` for
+greedy_decode. BLEU's probes record the student's corpus_bleu on the corpora listed here (their tokens renamed
+from the secret); sacreBLEU runs only in the judge. Nothing here knows an expected value, and nothing here
+decodes: the kernel must not find a search it could call.
 """
 import math
 import random
@@ -15,7 +19,7 @@ import torch
 from torch import nn
 
 from ..masks import padding_mask, target_mask
-from ..probing import attempt, record_calls
+from ..probing import attempt, record_calls, secret_generator, secret_seed
 
 
 class TableModel(nn.Module):
@@ -158,6 +162,16 @@ def beam_slot_table(source, prefix, vocab_size=7):
     return _log_probs_of(steps.get(tuple(prefix), {2: 0.9, 6: 0.1}), vocab_size)
 
 
+def eos_kept_table(source, prefix, vocab_size=7):
+    """Ids 3-6 are "a", "x", "y", "w". <eos> at once (0.3) is kept in the first step, beside "a" (0.7); after "a",
+    "x" (0.6) leads nowhere and "y" (0.4) to <eos> (0.99): "a y <eos>" (0.277, -1.08 with the penalty against -1.20
+    for <eos> at once) is the best. A beam of 2 finds it only if <eos> at once gives its place back after the first
+    step; one that keeps finished hypotheses among its places keeps "a x" alone beside it."""
+    steps = {(1,): {2: 0.3, 3: 0.7}, (1, 3): {4: 0.6, 5: 0.4}, (1, 3, 4): {3: 0.28, 4: 0.26, 5: 0.24, 6: 0.22},
+             (1, 3, 5): {2: 0.99, 6: 0.01}}
+    return _log_probs_of(steps.get(tuple(prefix), {2: 0.9, 6: 0.1}), vocab_size)
+
+
 def likelier_long_table(source, prefix, vocab_size=5):
     """<eos> at once (0.4) against "w w w <eos>" (0.6 * 0.9 ** 3 = 0.44): the long one is likelier, and wins by
     its log-probability with or without the penalty; a product of probabilities divided by the penalty (0.44 /
@@ -180,17 +194,92 @@ Case = namedtuple("Case", "table vocab_size src max_len bos eos pad beam_size al
                   defaults=(1, 2, 0, None, None))
 
 
+def draw(generator, low, high):
+    """An int in [low, high], drawn from a torch.Generator."""
+    return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+
+def draw_float(generator, low, high):
+    """A number in [low, high] with two decimals (readable in a message), drawn from a torch.Generator."""
+    return round(low + (high - low) * torch.rand(1, generator=generator).item(), 2)
+
+
+def draw_specials(generator, vocab_size):
+    """(pad, bos, eos): three different ids, pad never 0 (so that an answer that assumes <pad> = 0 shows)."""
+    pad = draw(generator, 1, vocab_size - 1)
+    others = [i for i in range(vocab_size) if i != pad]
+    bos, eos = (others[i] for i in torch.randperm(len(others), generator=generator)[:2].tolist())
+    return pad, bos, eos
+
+
+def draw_words(generator, words, length):
+    """`length` words of `words`, no two neighbours the same."""
+    sentence = []
+    while len(sentence) < length:
+        word = words[draw(generator, 0, len(words) - 1)]
+        if not sentence or word != sentence[-1]:
+            sentence.append(word)
+    return sentence
+
+
+def padded(rows, pad, width=None):
+    """Lists of ids -> a [len(rows), width] LongTensor, padded with `pad` on the right."""
+    width = width or max(map(len, rows))
+    return torch.tensor([row + [pad] * (width - len(row)) for row in rows], dtype=torch.long)
+
+
 def random_batch(seed, vocab_size, specials, size):
-    """A random table, and `size` random sources of 1 to `size` words: as lists, and padded into [size, size]."""
+    """A random table, and `size` random sources of 1 to `size` words (the first one shorter than `size`, so that
+    there is padding): as lists, and padded into [size, size]."""
     pad, bos, eos = specials
     table = random_table(vocab_size, seed, pad_idx=pad, bos_idx=bos, eos_idx=eos)
     words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
     generator = random.Random(seed)
-    rows = [[generator.choice(words) for _ in range(generator.randint(1, size))] for _ in range(size)]
-    src = torch.full((size, size), pad)
-    for i, row in enumerate(rows):
-        src[i, :len(row)] = torch.tensor(row)
-    return table, rows, src
+    lengths = [generator.randint(1, max(1, size - 1))] + [generator.randint(1, size) for _ in range(size - 1)]
+    rows = [[generator.choice(words) for _ in range(length)] for length in lengths]
+    return table, rows, padded(rows, pad, size)
+
+
+def secret_random_batch(generator, size, vocab_sizes=(6, 9)):
+    """``random_batch`` with its seed, vocabulary size and special ids drawn from ``generator``: (case fields, rows)."""
+    vocab_size = draw(generator, *vocab_sizes)
+    pad, bos, eos = draw_specials(generator, vocab_size)
+    table, rows, src = random_batch(draw(generator, 0, 2 ** 31), vocab_size, (pad, bos, eos), size)
+    return dict(table=table, vocab_size=vocab_size, src=src, bos=bos, eos=eos, pad=pad), rows
+
+
+def secret_copy_case(generator, lengths, max_len, vocab_size=9):
+    """The copy model (which babbles after <eos>) on sources of the given lengths, its special ids and words drawn
+    from ``generator``: row i ends with <eos> after lengths[i] + 2 ids."""
+    pad, bos, eos = draw_specials(generator, vocab_size)
+    words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
+    rows = [draw_words(generator, words, length) for length in lengths]
+    table = copy_table(vocab_size, babble=words[draw(generator, 0, len(words) - 1)], pad_idx=pad, bos_idx=bos, eos_idx=eos)
+    return Case(table, vocab_size, padded(rows, pad), max_len, bos, eos, pad)
+
+
+def relabeled(table, order):
+    """``table`` with its ids renamed: id i becomes order[i]; ids of ``order`` past the table's vocabulary are
+    words it gives its lowest score. Every search finds the same hypotheses, renamed (the log-probabilities
+    move with their ids)."""
+    original = {new: old for old, new in enumerate(order)}
+
+    def renamed(source, prefix):
+        scores = table(tuple(original[t] for t in source), tuple(original[t] for t in prefix))
+        out = [min(scores)] * len(order)
+        for old, score in enumerate(scores):
+            out[order[old]] = score
+        return out
+    return renamed
+
+
+def renamed(case, generator, extra_words=2):
+    """``case`` with every id renamed at random, its specials included, and up to ``extra_words`` unlikely words
+    added to the vocabulary: the same search under names drawn from ``generator``."""
+    order = torch.randperm(case.vocab_size + draw(generator, 0, extra_words), generator=generator).tolist()
+    src = torch.tensor([[order[t] for t in row] for row in case.src.tolist()], dtype=torch.long)
+    return case._replace(table=relabeled(case.table, order), vocab_size=len(order), src=src, bos=order[case.bos],
+                         eos=order[case.eos], pad=order[case.pad])
 
 
 def run(answer, case, keywords=()):
@@ -211,58 +300,98 @@ def runs(answer, cases):
     return [run(answer, case) for case in cases]
 
 
+# ----------------------------------------------------------------------------- greedy_decode
+
 def greedy_shape_cases():
+    """Random batches of 1 to 6 sentences with max_len from 1 to 9, and the copy model on sources too long to end
+    within max_len: sizes, tables and special ids drawn from the secret."""
+    generator = secret_generator("greedy_decode shape")
     cases = []
-    for batch, max_len, bos, eos, pad in [(1, 6, 1, 2, 0), (5, 8, 1, 2, 0), (3, 1, 1, 2, 0), (2, 2, 1, 2, 0),
-                                           (4, 7, 6, 0, 3)]:
-        src = torch.randint(0, 8, (batch, 5), generator=torch.Generator().manual_seed(batch))
-        src[src == pad] = (pad + 1) % 8
-        src[0, 3:] = pad
-        table = random_table(8, seed=batch, pad_idx=pad, bos_idx=bos, eos_idx=eos)
-        cases.append(Case(table, 8, src, max_len, bos, eos, pad))
+    for batch, max_len in [(1, (5, 8)), ((4, 6), (6, 9)), ((2, 4), (1, 1)), ((2, 3), (2, 2)), ((3, 5), (5, 8))]:
+        batch = batch if isinstance(batch, int) else draw(generator, *batch)
+        fields, _ = secret_random_batch(generator, batch)
+        cases.append(Case(max_len=draw(generator, *max_len), **fields))
+    max_len = draw(generator, 2, 4)
+    cases.append(secret_copy_case(generator, [draw(generator, max_len - 1, 6) for _ in range(draw(generator, 2, 4))],
+                                  max_len))
     return cases
 
 
 def greedy_value_cases():
-    """(case, its sources as lists) of random batches."""
+    """(case, its sources as lists) of random batches, and of the copy model: drawn from the secret."""
+    generator = secret_generator("greedy_decode values")
     cases = []
-    for seed, vocab_size, max_len, (pad, bos, eos) in [(0, 7, 9, (0, 1, 2)), (1, 7, 12, (0, 1, 2)), (2, 9, 6, (0, 1, 2)),
-                                                       (3, 8, 10, (5, 7, 0)), (4, 6, 20, (0, 1, 2))]:
-        table, rows, src = random_batch(seed, vocab_size, (pad, bos, eos), 5)
-        cases.append((Case(table, vocab_size, src, max_len, bos, eos, pad), rows))
-    return cases
+    for max_len in [(8, 10), (10, 14), (5, 7), (9, 11), (16, 22)]:
+        fields, rows = secret_random_batch(generator, 5)
+        cases.append((Case(max_len=draw(generator, *max_len), **fields), rows))
+    copy = secret_copy_case(generator, [draw(generator, 2, 6) for _ in range(4)], 12)
+    return cases + [(copy, [[t for t in row if t != copy.pad] for row in copy.src.tolist()])]
 
 
-REAL_SOURCE = [[5, 6, 7, 8, 2], [9, 4, 3, 0, 0], [10, 2, 0, 0, 0]]
+# A small real Transformer: 11 source and 13 target ids, <pad> 0 on both sides.
+RealCase = namedtuple("RealCase", "seed src max_len bos eos beam_size alpha", defaults=(None, None))
 
 
-def real_transformer():
-    """A small real Transformer (seed 0), in eval mode."""
+def real_transformer(seed, bos=None, eos=None):
+    """A small real Transformer (weights from ``seed``), in eval mode. Its generator never says <pad> (0) or
+    ``bos`` (as a trained model would not), and favours ``eos`` a little, so that hypotheses end."""
     from ..model import Transformer
     from ..testing import same_random_numbers
 
-    with same_random_numbers(0):
-        return Transformer(11, 13, d_model=16, n_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32).eval()
+    with same_random_numbers(seed):
+        model = Transformer(11, 13, d_model=16, n_heads=2, num_encoder_layers=2, num_decoder_layers=2, d_ff=32).eval()
+    with torch.no_grad():
+        for token, shift in ((0, -30.0), (bos, -30.0), (eos, 1.5)):
+            if token is not None:
+                model.generator.bias[token] += shift
+    return model
 
 
-COPY_SOURCES = ([[3, 4], [5, 6], [7, 8]], [[4, 4, 4, 4, 4]])
+def draw_real_specials(generator):
+    """(bos, eos): two different target ids other than <pad> (0)."""
+    bos, eos = (1 + i for i in torch.randperm(12, generator=generator)[:2].tolist())
+    return bos, eos
+
+
+def real_greedy_case():
+    """Three sources of different lengths (one of 4 words, one of 1 or 2) for the real Transformer, its weights,
+    bos_idx, eos_idx and max_len drawn from the secret."""
+    generator = secret_generator("greedy_decode real")
+    bos, eos = draw_real_specials(generator)
+    lengths = [4, draw(generator, 1, 2), draw(generator, 1, 4)]
+    rows = [torch.randint(1, 11, (length,), generator=generator).tolist() for length in lengths]
+    return RealCase(secret_seed("greedy_decode real weights"), padded(rows, 0), draw(generator, 7, 10), bos, eos)
+
+
+def real_run(answer, case):
+    """The answer on the real Transformer of ``case``: greedy_decode(model, src, max_len, bos_idx, eos_idx), or,
+    with a beam_size, beam_search(model, src, beam_size, max_len, bos_idx, eos_idx[, length_penalty])."""
+    model = real_transformer(case.seed, case.bos, case.eos)
+    if case.beam_size is None:
+        return attempt(answer, model, case.src, case.max_len, case.bos, case.eos)
+    alpha = () if case.alpha is None else (case.alpha,)
+    return attempt(answer, model, case.src, case.beam_size, case.max_len, case.bos, case.eos, *alpha)
 
 
 def greedy_stopping_cases():
-    """Random batches, and the copy model (which babbles after <eos>) with max_len=30."""
+    """Random batches (max_len from 1 to 40), and the copy model (which babbles after <eos>): sources of different
+    lengths with max_len=30, and sources too long to end within max_len. Drawn from the secret."""
+    generator = secret_generator("greedy_decode stopping")
     cases = []
-    for seed, vocab_size, max_len, (pad, bos, eos) in [(0, 7, 12, (0, 1, 2)), (5, 7, 4, (0, 1, 2)), (6, 9, 30, (0, 1, 2)),
-                                                       (3, 8, 10, (5, 7, 0)), (7, 6, 3, (4, 2, 5)), (8, 7, 2, (0, 1, 2)),
-                                                       (9, 5, 40, (0, 1, 2)), (10, 7, 1, (0, 1, 2))]:
-        table, _, src = random_batch(seed, vocab_size, (pad, bos, eos), 4)
-        cases.append(Case(table, vocab_size, src, max_len, bos, eos, pad))
-    return {"random": cases, "copy": [Case(copy_table(9), 9, torch.tensor(src), 30) for src in COPY_SOURCES]}
+    for max_len in [(10, 14), (4, 4), (25, 35), (8, 10), (3, 3), (2, 2), (40, 40), (1, 1)]:
+        fields, _ = secret_random_batch(generator, 4, vocab_sizes=(5, 9))
+        cases.append(Case(max_len=draw(generator, *max_len), **fields))
+    lengths = torch.randperm(6, generator=generator)[:3] + 1                    # three different lengths, 1 to 6
+    max_len = draw(generator, 3, 5)
+    copies = [secret_copy_case(generator, lengths.tolist(), 30),
+              secret_copy_case(generator, [draw(generator, 1, 6)], 30),
+              secret_copy_case(generator, [draw(generator, max_len - 1, 6) for _ in range(2)], max_len)]
+    return {"random": cases, "copy": copies}
 
 
 def greedy_values_probe(answer):
     """The hidden value tests' probe: the answer on the random batches, and on the real Transformer."""
-    return {"cases": runs(answer, [case for case, _ in greedy_value_cases()]),
-            "real": attempt(answer, real_transformer(), torch.tensor(REAL_SOURCE), 9, 1, 2)}
+    return {"cases": runs(answer, [case for case, _ in greedy_value_cases()]), "real": real_run(answer, real_greedy_case())}
 
 
 def copy_runs(answer, src, max_lens):
@@ -271,12 +400,36 @@ def copy_runs(answer, src, max_lens):
             for max_len in max_lens]
 
 
+# ----------------------------------------------------------------------------- beam_search
+
+def double_rows(src, max_len, bos_idx, eos_idx, pad_idx, vocab_size):
+    """What ``greedy_double`` returns: rows of greedy_decode's form (<bos>, words, usually <eos>, then padding; at
+    most max_len ids) whose words are drawn from the secret and the arguments, not from any model."""
+    bos, eos, pad, max_len = int(bos_idx), int(eos_idx), int(pad_idx), int(max_len)
+    words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
+    generator = random.Random(f"{secret_seed('greedy double')}:{src.tolist()}:{max_len}:{bos}:{eos}:{pad}")
+    rows = []
+    for _ in range(src.size(0)):
+        n = generator.randint(0, max_len - 1)                  # ids after <bos>
+        ends = int(n > 0 and generator.random() < 0.75)
+        rows.append([bos] + [generator.choice(words) for _ in range(n - ends)] + [eos] * ends)
+    return padded(rows, pad).to(src.device)
+
+
+def greedy_double(model, src, max_len, bos_idx, eos_idx):
+    """A stand-in for greedy_decode in beam_search's tests (not a decoder: it never runs the model): rows of
+    greedy_decode's form whose words are pseudo-random (``double_rows``). beam_search need not call greedy_decode;
+    an answer that does (for beam_size=1) gets these rows, and the judges accept what follows from them, so that a
+    mistake in greedy_decode costs points in greedy_decode's tests only."""
+    return double_rows(src, max_len, bos_idx, eos_idx, model.pad_idx, getattr(model, "vocab_size", None) or 8)
+
+
 def stand_in_searches():
     """Searches on which known mistakes of beam_search differ: they tell the mistakes apart (every two of them
     give different answers on at least one). The random tables part a beam that shrinks for good from finished
     hypotheses kept in the beam (seed 32), a length penalty used as a factor from one ignored (seed 24, 5
     words) and finished hypotheses kept in the beam from a search that stops when the best extension ends
-    (seed 24, 6 words)."""
+    (seed 24, 6 words). They only name a mistake (its message); they decide no test, so they need no secret."""
     src = torch.tensor([[3]])
     return [Case(short_or_long_table, 5, src, 10, beam_size=2, alpha=0.6),
             Case(short_or_long_table, 5, src, 10, beam_size=2, alpha=0.0),
@@ -289,53 +442,108 @@ def stand_in_searches():
             Case(random_table(6, 24), 6, src, 7, beam_size=3, alpha=0.6)]
 
 
+def real_beam_case(tag, beam_sizes=(2, 4), alphas=(0.6, 0.6)):
+    """One source sentence (with 0 to 2 pads) for the real Transformer, its weights, bos_idx, eos_idx, beam_size,
+    max_len and length_penalty drawn from the secret."""
+    generator = secret_generator(tag)
+    bos, eos = draw_real_specials(generator)
+    words = torch.randint(1, 11, (draw(generator, 2, 5),), generator=generator).tolist()
+    src = padded([words], 0, len(words) + draw(generator, 0, 2))
+    return RealCase(secret_seed(tag + " weights"), src, draw(generator, 5, 8), bos, eos, draw(generator, *beam_sizes),
+                    draw_float(generator, *alphas))
+
+
 def beam_basics_cases():
-    """beam_size=1 on random tables, then max_len=1."""
+    """beam_size=1 on random tables; the copy model with a wider beam; max_len=1. Drawn from the secret."""
+    generator = secret_generator("beam_search basics")
     cases = []
-    for seed, vocab_size, max_len, (pad, bos, eos) in [(0, 7, 8, (0, 1, 2)), (1, 6, 12, (0, 1, 2)),
-                                                       (2, 8, 6, (5, 7, 0)), (3, 7, 3, (0, 1, 2))]:
-        table = random_table(vocab_size, seed, pad_idx=pad, bos_idx=bos, eos_idx=eos)
+    for max_len in [(6, 9), (10, 13), (5, 7), (3, 4)]:
+        vocab_size = draw(generator, 6, 8)
+        pad, bos, eos = draw_specials(generator, vocab_size)
+        table = random_table(vocab_size, draw(generator, 0, 2 ** 31), pad_idx=pad, bos_idx=bos, eos_idx=eos)
         words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
-        cases.append(Case(table, vocab_size, torch.tensor([words[:3] + [pad]]), max_len, bos, eos, pad, beam_size=1))
-    cases.append(Case(random_table(7, 9), 7, torch.tensor([[3, 4]]), 1, beam_size=3))
+        src = torch.tensor([draw_words(generator, words, 3) + [pad]])
+        cases.append(Case(table, vocab_size, src, draw(generator, *max_len), bos, eos, pad, beam_size=1))
+    length = draw(generator, 1, 5)
+    copy = secret_copy_case(generator, [length], length + draw(generator, 2, 5))
+    cases.append(copy._replace(beam_size=draw(generator, 2, 4), alpha=0.6))
+    vocab_size = draw(generator, 5, 8)
+    pad, bos, eos = draw_specials(generator, vocab_size)
+    table = random_table(vocab_size, draw(generator, 0, 2 ** 31), pad_idx=pad, bos_idx=bos, eos_idx=eos)
+    words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
+    cases.append(Case(table, vocab_size, torch.tensor([draw_words(generator, words, 2)]), 1, bos, eos, pad,
+                      beam_size=draw(generator, 2, 4)))
     return cases
 
 
-BRUTE_FORCE_SEEDS = (1, 2, 10, 36)
+def beam_basics_probe(answer):
+    """The hidden basic tests' probe: the answer on the tables, and on a real Transformer with a beam of 2 or 3."""
+    return {"cases": runs(answer, beam_basics_cases()),
+            "real": real_run(answer, real_beam_case("beam_search basics real", beam_sizes=(2, 3)))}
+
+
+# Random tables of 6 words (source [3, 4, 5], beam 4, max_len 5, alpha 0.6) on which greedy decoding misses the best
+# hypothesis, found by brute force, and a beam of 4 finds it (tests/test_decoding.py checks every one).
+BRUTE_FORCE_SEEDS = (1, 2, 3, 10, 16, 19, 27, 29, 36, 38, 50, 54, 61, 62, 66, 71, 72, 73, 74, 77,
+                     79, 81, 90, 93, 94, 96, 97, 98, 99, 110, 112, 120, 126, 129, 134, 138, 153, 155, 158, 161)
+
+
+def brute_force_cases(generator, count=3):
+    """``count`` of the BRUTE_FORCE_SEEDS tables, chosen and renamed by ``generator``; each twice, with the default
+    length_penalty and with 0.6 given."""
+    cases = []
+    for index in torch.randperm(len(BRUTE_FORCE_SEEDS), generator=generator)[:count].tolist():
+        case = Case(random_table(6, BRUTE_FORCE_SEEDS[index]), 6, torch.tensor([[3, 4, 5]]), 5, beam_size=4)
+        case = renamed(case, generator, extra_words=0)        # no extra words: the brute force stays quick
+        cases += [case, case._replace(alpha=0.6)]
+    return cases
 
 
 def beam_search_cases():
     """The contract's search on random tables; where greedy decoding misses the best hypothesis (each table
     twice: with the default length_penalty, then with 0.6 given); finished hypotheses kept; <eos> the best first
-    step; other special ids and padding in the source."""
+    step; a finished hypothesis that must give its place back. Every table's ids renamed, and the random ones
+    drawn, from the secret."""
+    generator = secret_generator("beam_search search")
     src = torch.tensor([[3, 4, 5, 0]])
+    random_cases = [Case(random_table(vocab_size, draw(generator, 0, 2 ** 31)), vocab_size, src, max_len,
+                         beam_size=beam_size, alpha=alpha)
+                    for vocab_size, beam_size, max_len, alpha in [(6, 2, 6, 0.6), (6, 3, 6, 0.6), (7, 4, 7, 0.6),
+                                                                  (6, 5, 5, 1.0), (8, 3, 8, 0.0), (6, 2, 7, 2.0),
+                                                                  (6, 8, 5, 0.6)]]
     return {
-        "random": [Case(random_table(vocab_size, seed), vocab_size, src, max_len, beam_size=beam_size, alpha=alpha)
-                   for seed, vocab_size, beam_size, max_len, alpha in [(0, 6, 2, 6, 0.6), (1, 6, 3, 6, 0.6),
-                                                                       (2, 7, 4, 7, 0.6), (3, 6, 5, 5, 1.0),
-                                                                       (4, 8, 3, 8, 0.0), (5, 6, 2, 7, 2.0),
-                                                                       (6, 6, 8, 5, 0.6)]],
-        "brute_force": [Case(random_table(6, seed), 6, torch.tensor([[3, 4, 5]]), 5, beam_size=4, alpha=alpha)
-                        for seed in BRUTE_FORCE_SEEDS for alpha in (None, 0.6)],
-        "early_end": [Case(early_end_table, 6, torch.tensor([[3]]), 8, beam_size=beam_size, alpha=0.6)
+        "random": [renamed(case, generator) for case in random_cases],
+        "brute_force": brute_force_cases(generator),
+        "early_end": [renamed(Case(early_end_table, 6, torch.tensor([[3]]), 8, beam_size=beam_size, alpha=0.6), generator)
                       for beam_size in (2, 4, 6)],
-        "eos_first": [Case(eos_first_table, 5, torch.tensor([[3]]), 8, beam_size=2, alpha=0.6)],
-        "specials": [Case(random_table(8, 11, pad_idx=5, bos_idx=7, eos_idx=0), 8, torch.tensor([[3, 4, 6, 5, 5]]), 7,
-                          7, 0, 5, beam_size=3, alpha=0.6)],
+        "eos_first": [renamed(Case(eos_first_table, 5, torch.tensor([[3]]), 8, beam_size=2, alpha=0.6), generator)],
+        "eos_kept": [renamed(Case(eos_kept_table, 7, torch.tensor([[3]]), 6, beam_size=2, alpha=0.6), generator)],
     }
 
 
 def beam_penalty_cases():
-    cases = [Case(n_trap_table, 5, torch.tensor([[3]]), 10, beam_size=2, alpha=0.6)]
-    cases += [Case(short_or_long_table, 5, torch.tensor([[3]]), 10, beam_size=2, alpha=alpha) for alpha in (0.0, 0.3, 1.0, 2.0)]
-    cases += [Case(random_table(6, seed, eos_bias=0.3), 6, torch.tensor([[3, 4]]), 7, beam_size=3, alpha=alpha)
-              for seed, alpha in [(12, 0.0), (13, 1.5), (14, 3.0), (15, 0.6)]]
-    return cases
+    """The designed tables with several length penalties, and random tables: renamed, and drawn, from the secret."""
+    generator = secret_generator("beam_search length penalty")
+    src = torch.tensor([[3]])
+    cases = [Case(n_trap_table, 5, src, 10, beam_size=2, alpha=0.6)]
+    cases += [Case(short_or_long_table, 5, src, 10, beam_size=2, alpha=alpha) for alpha in (0.0, 0.3, 1.0, 2.0)]
+    cases += [Case(random_table(6, draw(generator, 0, 2 ** 31), eos_bias=0.3), 6, torch.tensor([[3, 4]]), 7,
+                   beam_size=3, alpha=alpha) for alpha in (0.0, 1.5, 3.0, 0.6)]
+    return [renamed(case, generator) for case in cases]
 
 
-def beam_probe(answer, cases):
-    """The hidden beam tests' probe: the answer on every case, and on the stand-in searches."""
-    return {"cases": runs(answer, cases), "stand_ins": runs(answer, stand_in_searches())}
+def beam_probe(answer, cases, real_case):
+    """The hidden beam tests' probe: the answer on every case, on the stand-in searches, and on a real Transformer."""
+    return {"cases": runs(answer, cases), "stand_ins": runs(answer, stand_in_searches()), "real": real_run(answer, real_case)}
+
+
+def beam_search_probe(answer):
+    return beam_probe(answer, beam_search_cases(), real_beam_case("beam_search search real", beam_sizes=(3, 4)))
+
+
+def beam_penalty_probe(answer):
+    return beam_probe(answer, beam_penalty_cases(),
+                      real_beam_case("beam_search length penalty real", beam_sizes=(2, 4), alphas=(0.0, 2.0)))
 
 
 # ----------------------------------------------------------------------------- corpus_bleu
@@ -361,19 +569,28 @@ def bleu_results(corpus_bleu, cases):
     return record_calls(lambda *args: as_number(corpus_bleu(*args)), [(args, {}) for args, _ in cases])
 
 
+def renamed_tokens(cases, tag):
+    """``cases`` with every token renamed by a one-to-one map drawn from the secret: BLEU depends only on which
+    tokens are equal, so every score, and every known mistake's score, stays what it was."""
+    vocabulary = sorted({t for args, _ in cases for corpus in args[:2] for sentence in corpus for t in sentence})
+    codes = torch.randperm(10 * len(vocabulary) + 100, generator=secret_generator(tag))[:len(vocabulary)].tolist()
+    name = {token: f"t{code}" for token, code in zip(vocabulary, codes)}
+    return [((*([[name[t] for t in s] for s in corpus] for corpus in args[:2]), *args[2:]), what) for args, what in cases]
+
+
 def bleu_value_cases():
-    """Random corpora, then hypotheses longer and shorter than their references."""
+    """Random corpora, then hypotheses longer and shorter than their references: drawn, and renamed, from the secret."""
+    generator = secret_generator("corpus_bleu values")
     cases = []
-    for seed in range(12):
-        generator = random.Random(seed)
-        words = [f"w{i}" for i in range(generator.choice([3, 5, 8]))]
-        n_sentences = generator.randint(1, 6)
+    for number in range(12):
+        words = [f"w{i}" for i in range(draw(generator, 3, 8))]
+        n_sentences = draw(generator, 1, 6)
 
         def sentence():
-            return [generator.choice(words) for _ in range(generator.randint(4, 14))]
+            return draw_sentence(generator, words, draw(generator, 4, 14))
         hypotheses = [sentence() for _ in range(n_sentences)]
         references = [sentence() for _ in range(n_sentences)]
-        cases.append(((hypotheses, references), f"corpus_bleu of random corpus {seed} ({n_sentences} sentences)"))
+        cases.append(((hypotheses, references), f"corpus_bleu of random corpus {number} ({n_sentences} sentences)"))
     references = [s.split() for s in ["a man in a blue shirt is standing on a ladder .",
                                       "two young girls are playing in the sand at the beach .",
                                       "a dog runs through the grass with a ball in its mouth ."]]
@@ -382,17 +599,24 @@ def bleu_value_cases():
                                   "a brown dog runs through the green grass with a ball in its mouth ."]]
     shorter = [s.split() for s in ["a man in a blue shirt is on a ladder .", "two girls playing in the sand .",
                                    "a dog runs with a ball ."]]
-    return cases + [((longer, references), "corpus_bleu(hypotheses longer than their references, references)"),
-                    ((shorter, references), "corpus_bleu(hypotheses shorter than their references, references)")]
+    cases += [((longer, references), "corpus_bleu(hypotheses longer than their references, references)"),
+              ((shorter, references), "corpus_bleu(hypotheses shorter than their references, references)")]
+    return renamed_tokens(cases, "corpus_bleu values names")
+
+
+def draw_sentence(generator, words, length):
+    """`length` words drawn from `words` (repeats allowed)."""
+    return [words[i] for i in torch.randint(0, len(words), (length,), generator=generator).tolist()]
 
 
 def bleu_part_cases():
-    """Clipping, brevity, a missing 4-gram match, the corpus lengths, unequal precisions, sentence boundaries."""
-    return [
+    """Clipping, brevity, a missing 4-gram match, the corpus lengths, unequal precisions, sentence boundaries:
+    the tokens renamed from the secret."""
+    return renamed_tokens([
         (([["the", "the", "the", "cat", "the", "the", "cat", "sat"], ["a", "b", "c", "d", "e"]],
           [["the", "cat", "sat", "on", "the", "mat"], ["a", "b", "c", "d", "e"]]), "corpus_bleu with repeated n-grams"),
         (([["a", "a", "a", "a", "a", "a"]], [["a", "a", "a", "b", "a", "a", "a"]], 2),
-         "corpus_bleu(['a a a a a a'], ['a a a b a a a'])"),
+         "corpus_bleu(['a a a a a a'], ['a a a b a a a'], max_n=2), its tokens renamed"),
         (([["a", "b", "c", "d", "e", "f", "g", "h"], ["x", "y", "z", "q"], ["p", "q", "r", "s", "t"]],
           [["a", "b", "c", "d", "e", "f", "g", "h", "i"], ["x", "y", "w", "q", "r"], ["p", "q", "r", "s", "t", "u"]]),
          "corpus_bleu of three sentences, one without any 4-gram match"),
@@ -404,19 +628,21 @@ def bleu_part_cases():
          "corpus_bleu with unequal precisions"),
         (([["a", "b", "c", "d"], ["e", "f", "g", "h"]], [["a", "b", "c", "d", "e", "f"], ["g", "h"]]),
          "corpus_bleu where n-grams across the sentence boundary would match"),
-    ]
+    ], "corpus_bleu parts names")
 
 
 def bleu_edge_cases():
-    """Empty hypotheses, short ones, no bigram match, a shuffle, max_n from 1 to 3, an empty reference."""
+    """Empty hypotheses, short ones, no bigram match, a shuffle, max_n from 1 to 3, an empty reference: the tokens
+    renamed from the secret."""
     reference = ["a", "man", "rides", "a", "horse", "."]
-    return [(([[]], [reference]), "corpus_bleu([[]], [reference]) (an empty hypothesis)"),
-            (([[], []], [reference, reference]), "corpus_bleu of two empty hypotheses"),
-            (([[], reference], [reference, reference]), "corpus_bleu(one empty and one perfect hypothesis)"),
-            (([["a", "man"]], [reference]), "corpus_bleu of a hypothesis shorter than 4 tokens"),
-            (([["a", "x", "man", "y", "rides"]], [reference]), "corpus_bleu with no bigram match"),
-            (([["horse", "a", "rides", "man", "a"]], [reference]), "corpus_bleu of a shuffled hypothesis"),
-            (([["a", "man", "rides", "a", "horse"]], [reference], 2), "corpus_bleu(..., max_n=2)"),
-            (([["a", "man", "x", "a", "horse", "."]], [reference], 1), "corpus_bleu(..., max_n=1)"),
-            (([["a", "man", "rides", "a", "horse", ".", "."]], [reference], 3), "corpus_bleu(..., max_n=3)"),
-            (([reference], [[]]), "corpus_bleu against an empty reference")]
+    return renamed_tokens([
+        (([[]], [reference]), "corpus_bleu([[]], [reference]) (an empty hypothesis)"),
+        (([[], []], [reference, reference]), "corpus_bleu of two empty hypotheses"),
+        (([[], reference], [reference, reference]), "corpus_bleu(one empty and one perfect hypothesis)"),
+        (([["a", "man"]], [reference]), "corpus_bleu of a hypothesis shorter than 4 tokens"),
+        (([["a", "x", "man", "y", "rides"]], [reference]), "corpus_bleu with no bigram match"),
+        (([["horse", "a", "rides", "man", "a"]], [reference]), "corpus_bleu of a shuffled hypothesis"),
+        (([["a", "man", "rides", "a", "horse"]], [reference], 2), "corpus_bleu(..., max_n=2)"),
+        (([["a", "man", "x", "a", "horse", "."]], [reference], 1), "corpus_bleu(..., max_n=1)"),
+        (([["a", "man", "rides", "a", "horse", ".", "."]], [reference], 3), "corpus_bleu(..., max_n=3)"),
+        (([reference], [[]]), "corpus_bleu against an empty reference")], "corpus_bleu edge names")
