@@ -162,14 +162,15 @@ def _write_files(workdir, files):
 
 
 # What the kernels of some assignments import on first use and is slow to import, by assignment: torch._dynamo
-# (1.1-1.5 s), on an optimizer's first step (07-09) and on a first operation on the 'meta' device (03's device tests,
-# 06's count of the base model's parameters), and spaCy (0.6 s), when the data cells first tokenise (07, 09). The
+# (1.1-1.5 s), on an optimizer's first step (07-10) and on a first operation on the 'meta' device (03's device tests,
+# 06's count of the base model's parameters), and spaCy (0.6 s), when the data cells first tokenise (07, 09, 10). The
 # kernel server imports these before it forks a kernel of such an assignment, as it imports torch and the rest for
 # every kernel (kernel_server.PRELOADED): 2-3 s less per submission of 07 and 09. A missing entry costs each kernel
 # that time, nothing else (tests/test_autograde.py checks the table against what the solution notebooks import).
 KERNEL_FIRST_USE_IMPORTS = {"03_masking": ["torch._dynamo"], "06_transformer": ["torch._dynamo"],
                             "07_training": ["torch._dynamo", "spacy"],
-                            "08_decoding_bleu": ["torch._dynamo"], "09_gpt": ["torch._dynamo", "spacy"]}
+                            "08_decoding_bleu": ["torch._dynamo"], "09_gpt": ["torch._dynamo", "spacy"],
+                            "10_pretrain_finetune": ["torch._dynamo", "spacy"]}
 
 
 WORKER_NICENESS = 5

@@ -22,8 +22,9 @@ from transformer_course.data import default_cache_dir
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
 # 09's quick mode trains a language model and two translators: about 8 minutes on one thread, most of the suite's
-# longest worker. Its smoke mode runs in tests/test_autograde.py.
-TOO_LONG = {"09_gpt"}
+# longest worker. 10's pre-trains a GPT and fine-tunes it eight times: about 20 CPU-minutes (the same runs as
+# `python -m transformer_course.pretrain_finetune ... --mode quick`). Their smoke modes run in tests/test_autograde.py.
+TOO_LONG = {"09_gpt", "10_pretrain_finetune"}
 NOTEBOOKS = [path for path in sorted(SOLUTIONS.glob("*/*.ipynb"))
              if "COURSE_SMOKE" in path.read_text(encoding="utf-8") and path.stem not in TOO_LONG]
 ONE_AFTER_THE_OTHER = ("07_training", "08_decoding_bleu")    # 08 decodes the model 07 trains

@@ -22,6 +22,7 @@ from .decoding import beam_search, greedy_decode
 from .bleu import corpus_bleu
 from .gpt import (CausalSelfAttention, GPT, adamw_param_groups, apply_rope, generate, lm_loss, sample_next,
                   warmup_cosine_lr)
+from .finetune import LoRALinear, add_lora, document_mask, pack_sequences, sft_example, sft_loss
 
 __all__ = [
     # 01_positional_encoding
@@ -43,4 +44,6 @@ __all__ = [
     # 09_gpt
     "apply_rope", "CausalSelfAttention", "GPT", "lm_loss", "adamw_param_groups", "warmup_cosine_lr", "sample_next",
     "generate",
+    # 10_pretrain_finetune
+    "pack_sequences", "document_mask", "sft_example", "sft_loss", "LoRALinear", "add_lora",
 ]

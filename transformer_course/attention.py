@@ -97,7 +97,10 @@ class MultiHeadAttention(nn.Module):
 
     def project(self, query, key, value):
         """(w_q(query), w_k(key), w_v(value)). Projections of one input share one bigger matrix multiply:
-        the same result, faster than two or three small ones."""
+        the same result, faster than two or three small ones. Projections that are not plain nn.Linear (a LoRA
+        wrapper of notebook 10, say) are called one by one."""
+        if not all(type(linear) is nn.Linear for linear in (self.w_q, self.w_k, self.w_v)):
+            return self.w_q(query), self.w_k(key), self.w_v(value)
         if query is key is value:  # self-attention
             return _stacked_linear(query, self.w_q, self.w_k, self.w_v).chunk(3, dim=-1)
         if key is value:           # cross-attention: keys and values both read the encoder's memory
