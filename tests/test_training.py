@@ -196,6 +196,25 @@ def test_the_zero_grad_probe_sees_gradients_left_from_the_step_before():
     assert math.isclose(second, 2 * first, rel_tol=1e-5)
 
 
+def test_the_train_step_tests_stand_in_for_the_loss_is_no_answer_but_reads_its_arguments_as_the_loss_does():
+    """Notebook 07's tests give train_step a stand-in for label_smoothing_loss (probes.loss_double): its value is far
+    from the label-smoothed loss, so that a judge sees which one a step used, and it depends on the labels, the
+    smoothing and ignore_index as the loss does (with smoothing 0 it is the cross-entropy)."""
+    from transformer_course.probes.training import loss_double
+
+    double = loss_double(3)
+    g = torch.Generator().manual_seed(0)
+    logits, target = torch.randn(6, 9, generator=g), torch.randint(1, 9, (6,), generator=g)
+    target[::2] = 0
+    assert abs(double(logits, target, 0.1, 0) - label_smoothing_loss(logits, target, 0.1, 0)) > 0.5
+    changed = logits.clone()
+    changed[::2] += 5                                   # only the ignored positions
+    torch.testing.assert_close(double(changed, target, 0.1, 0), double(logits, target, 0.1, 0))
+    torch.testing.assert_close(double(logits, target, 0.0, 0), F.cross_entropy(logits, target, ignore_index=0))
+    assert not torch.isclose(double(logits, target, 0.3, 0), double(logits, target, 0.1, 0))
+    torch.testing.assert_close(double(logits.view(2, 3, 9), target.view(2, 3), 0.3, 0), double(logits, target, 0.3, 0))
+
+
 # ----------------------------------------------------------------------------- teacher-forced scores, checkpoints
 
 def test_evaluate_weights_every_token_once_and_keeps_the_mode():
@@ -361,7 +380,7 @@ print("graphs", torch._dynamo.utils.counters["stats"]["unique_graphs"])
 @needs_mirror
 @pytest.mark.slow
 def test_a_compiled_run_trains_through_dynamo_and_saves_weights_an_eager_model_loads(tmp_path):
-    # a fresh interpreter: the finished answers' gates, up in this one, are code dynamo cannot trace
+    # a fresh interpreter, as a training run from the command line has
     out = tmp_path / "compiled"
     argv = [*TINY, "--epochs", "1", "--compile", "eager", "--out", str(out), "--mirror", str(MIRROR),
             "--cache-dir", str(tmp_path / "cache")]
