@@ -1,5 +1,5 @@
 """Notebook 09's package side: the finished GPT parts (transformer_course.gpt), their tests' probes and oracles,
-the decoder-only translator behind the recipe, and what the grading kernels of 01, 08 and 09 keep."""
+the decoder-only translator behind the recipe, and what the grading kernels of 01, 08 and 09 withhold."""
 import os
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from transformer_course.decoding import beam_search, greedy_decode
 from transformer_course.model import Transformer, build_model
 from transformer_course.oracles import gpt as oracle
 from transformer_course.probes import gpt as probes
-from transformer_course.probing import pack, unpack
+from transformer_course.probing import judging_with, pack, unpack
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 
@@ -35,34 +35,69 @@ def tiny_gpt(seed=0, vocab=13, layers=2):
 
 # ----------------------------------------------------------------------------- the finished parts pass their tests
 
+def rope_checks():
+    oracle.check_rope_values(round_trip(probes.rope_runs(course.apply_rope, probes.ROPE_VISIBLE)), probes.ROPE_VISIBLE)
+    oracle.check_rope_values(round_trip(probes.rope_runs(course.apply_rope, *probes.hidden_rope_cases())),
+                             *probes.hidden_rope_cases())
+    for cases in ((probes.ROPE_RELATIVE,), probes.hidden_relative_cases()):
+        oracle.check_rope_relative(round_trip(probes.rope_scores(course.apply_rope, *cases)), *cases)
+
+
+def attention_checks(monkeypatch):
+    """The course's layer rotates with RoPE itself (accepted: the contract lets an answer do so), then with the stand-in
+    in its place (what an answer that calls apply_rope gets in the tests)."""
+    double = probes.RopeDouble(hidden=True)
+    for patch in (False, True):
+        if patch:
+            monkeypatch.setattr(gpt, "apply_rope", double)
+        for cases in ((probes.ATTENTION_VISIBLE,), probes.hidden_attention_cases()):
+            runs = round_trip(probes.attention_runs(course.CausalSelfAttention, *cases))
+            oracle.check_attention_values(runs, double, *cases)
+            oracle.check_attention_cache(runs, double, *cases)
+        oracle.check_attention_dropout(round_trip(probes.attention_dropout_run(course.CausalSelfAttention)), double)
+    sizes = probes.hidden_attention_parts()
+    oracle.check_attention_parts(round_trip(probes.attention_facts(course.CausalSelfAttention, sizes)), sizes)
+
+
+def gpt_checks(monkeypatch):
+    double = probes.attention_double(hidden=True)
+    monkeypatch.setattr(gpt, "CausalSelfAttention", double)
+    oracle.check_gpt_structure(round_trip(probes.gpt_facts(course.GPT)), double.mixing)
+    oracle.check_gpt_structure(round_trip(probes.gpt_facts(course.GPT, *probes.hidden_gpt_sizes())), double.mixing,
+                               *probes.hidden_gpt_sizes())
+    for cases in ((probes.GPT_VISIBLE,), probes.hidden_gpt_cases()):
+        oracle.check_gpt_values(round_trip(probes.gpt_runs(course.GPT, *cases)), double.mixing, *cases)
+    oracle.check_gpt_dropout(round_trip(probes.gpt_dropout_run(course.GPT, *probes.hidden_gpt_dropout_case())),
+                             double.mixing, *probes.hidden_gpt_dropout_case())
+
+
+def schedule_checks():
+    cases, errors = probes.hidden_schedule_cases()
+    for values, wrong in ((probes.SCHEDULE_VISIBLE, probes.SCHEDULE_ERRORS), (cases, errors)):
+        oracle.check_schedule(round_trip(probes.schedule_values(course.warmup_cosine_lr, values)), values)
+        oracle.check_schedule_errors(round_trip(probes.schedule_errors(course.warmup_cosine_lr, wrong)), wrong)
+
+
 CHECKS = {
-    "apply_rope": lambda: [oracle.check_rope_values(round_trip(probes.rope_runs(course.apply_rope, cases)), cases)
-                           for cases in (probes.ROPE_VISIBLE, probes.ROPE_HIDDEN)] and oracle.check_rope_relative(
-        round_trip(probes.rope_scores(course.apply_rope, probes.ROPE_RELATIVE)), probes.ROPE_RELATIVE),
-    "CausalSelfAttention": lambda: [
-        check(round_trip(probes.attention_runs(course.CausalSelfAttention, cases)), cases)
-        for cases in (probes.ATTENTION_VISIBLE, probes.ATTENTION_HIDDEN)
-        for check in (oracle.check_attention_values, oracle.check_attention_cache)],
-    "GPT": lambda: [oracle.check_gpt_structure(round_trip(probes.gpt_facts(course.GPT)))] + [
-        oracle.check_gpt_values(round_trip(probes.gpt_runs(course.GPT, cases)), cases)
-        for cases in (probes.GPT_VISIBLE, probes.GPT_HIDDEN)],
-    "lm_loss": lambda: oracle.check_lm_loss(round_trip(probes.lm_loss_runs(
-        course.lm_loss, probes.LM_LOSS_VISIBLE + probes.LM_LOSS_HIDDEN)), probes.LM_LOSS_VISIBLE + probes.LM_LOSS_HIDDEN),
-    "adamw_param_groups": lambda: oracle.check_param_groups(
-        round_trip(probes.param_groups_run(course.adamw_param_groups, 0.3, seed=1)), 0.3, seed=1),
-    "warmup_cosine_lr": lambda: oracle.check_schedule(round_trip(probes.schedule_values(
-        course.warmup_cosine_lr, probes.SCHEDULE_VISIBLE + probes.SCHEDULE_HIDDEN)),
-        probes.SCHEDULE_VISIBLE + probes.SCHEDULE_HIDDEN),
-    "sample_next": lambda: oracle.check_samples(round_trip(probes.sample_runs(course.sample_next, probes.SAMPLE_HIDDEN)),
-                                                probes.SAMPLE_HIDDEN),
-    "generate": lambda: oracle.check_generate(round_trip(probes.generate_runs(
-        course.generate, probes.GENERATE_VISIBLE + probes.GENERATE_HIDDEN)), probes.GENERATE_VISIBLE + probes.GENERATE_HIDDEN),
+    "apply_rope": lambda monkeypatch: rope_checks(),
+    "CausalSelfAttention": attention_checks,
+    "GPT": gpt_checks,
+    "lm_loss": lambda monkeypatch: [oracle.check_lm_loss(round_trip(probes.lm_loss_runs(course.lm_loss, *cases)), *cases)
+                                    for cases in ((probes.LM_LOSS_VISIBLE,), probes.hidden_lm_loss_cases())],
+    "adamw_param_groups": lambda monkeypatch: oracle.check_param_groups(round_trip(probes.param_groups_run(
+        course.adamw_param_groups, *probes.hidden_param_groups_case(), wider=True)), *probes.hidden_param_groups_case(),
+        wider=True),
+    "warmup_cosine_lr": lambda monkeypatch: schedule_checks(),
+    "sample_next": lambda monkeypatch: oracle.check_samples(round_trip(probes.sample_runs(
+        course.sample_next, probes.hidden_sample_cases())), probes.hidden_sample_cases()),
+    "generate": lambda monkeypatch: [oracle.check_generate(round_trip(probes.generate_runs(course.generate, *cases)), *cases)
+                                     for cases in ((probes.GENERATE_VISIBLE,), probes.hidden_generate_cases())],
 }
 
 
 @pytest.mark.parametrize("exercise", CHECKS)
-def test_the_finished_parts_pass_their_exercises_checks(exercise):
-    CHECKS[exercise]()
+def test_the_finished_parts_pass_their_exercises_checks(exercise, monkeypatch):
+    CHECKS[exercise](monkeypatch)
 
 
 def test_the_checks_name_known_mistakes():
@@ -81,6 +116,77 @@ def test_the_checks_name_known_mistakes():
     with pytest.raises(AssertionError, match="the prompt's included"):
         oracle.check_lm_loss(round_trip(probes.lm_loss_runs(prompt_counted, probes.LM_LOSS_VISIBLE)),
                              probes.LM_LOSS_VISIBLE)
+
+
+# ----------------------------------------------------------------------------- the hidden inputs, for many secrets
+
+SECRETS = range(40)
+
+
+def float32_angles(x, positions, base=10000.0):
+    d = x.size(-1)
+    angles = positions.float()[:, None] * base ** (-torch.arange(0, d, 2).float() / d)
+    first, second = x[..., 0::2], x[..., 1::2]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    return torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1).flatten(-2)
+
+
+def test_the_hidden_rope_tests_name_float32_angles_and_the_stand_in_is_no_rope_for_every_secret():
+    for secret in SECRETS:
+        with judging_with(secret):
+            cases = probes.hidden_rope_cases()
+            with pytest.raises(AssertionError, match="lost precision"):
+                oracle.check_rope_values(round_trip(probes.rope_runs(float32_angles, *cases)), *cases)
+            with pytest.raises(AssertionError):
+                oracle.check_rope_values(round_trip(probes.rope_runs(probes.RopeDouble(hidden=True), *cases)), *cases)
+
+
+def drawn_exactly(distribution):
+    """Draws [N_DRAWS] whose frequencies are the distribution's (to 1 / N_DRAWS)."""
+    counts = (distribution * probes.N_DRAWS).round().long()
+    counts[counts.argmax()] += probes.N_DRAWS - counts.sum()
+    return torch.repeat_interleave(torch.arange(len(distribution)), counts)
+
+
+def test_every_known_sampling_mistake_is_caught_and_named_for_every_secret():
+    """The first hidden case a mistake changes names it, or a mistake that draws from the same distribution there
+    (top-p applied first of all is top-p measured before top-k where the temperature is 1)."""
+    for secret in SECRETS:
+        with judging_with(secret):
+            cases = probes.hidden_sample_cases()
+        for variant in oracle.SAMPLE_MISTAKES:
+            for rows, settings in cases:
+                probs = probes.sample_rows(rows)[0]
+                wrong = oracle.distribution(probs, **settings, variant=variant)
+                if (wrong - oracle.distribution(probs, **settings)).abs().max() > 0.03:
+                    break
+            else:
+                raise AssertionError(f"secret {secret}: no hidden case shows {variant}")
+            with pytest.raises(AssertionError) as failure:
+                oracle.check_draws(drawn_exactly(wrong), probs, settings, len(probs), "sample_next")
+            alike = [text for other, (shows, text) in oracle.SAMPLE_MISTAKES.items() if shows(settings) and
+                     (oracle.distribution(probs, **settings, variant=other) - wrong).abs().max() < 0.02]
+            assert any(text in str(failure.value) for text in alike), (secret, variant, str(failure.value))
+
+
+def test_the_correct_layers_pass_the_hidden_dropout_tests_for_every_secret():
+    for secret in range(10):
+        with judging_with(secret):
+            rope, double, case = probes.RopeDouble(hidden=True), probes.attention_double(hidden=True), \
+                probes.hidden_gpt_dropout_case()
+            oracle.check_attention_dropout(round_trip(probes.attention_dropout_run(course.CausalSelfAttention)), rope)
+            found = probes.gpt_dropout_run(lambda *args, **kwargs: patched_gpt(double, *args, **kwargs), *case)
+            oracle.check_gpt_dropout(round_trip(found), double.mixing, *case)
+
+
+def patched_gpt(attention, *args, **kwargs):
+    """The course's GPT, built with ``attention`` for its blocks' attention."""
+    original = gpt.CausalSelfAttention
+    gpt.CausalSelfAttention = attention
+    try:
+        return gpt.GPT(*args, **kwargs)
+    finally:
+        gpt.CausalSelfAttention = original
 
 
 def test_the_distributions_of_the_visible_sampling_tests_are_the_hand_computed_ones():
@@ -254,13 +360,14 @@ def test_train_takes_a_configuration_file_and_its_options_change_it(refused):
 
 # ----------------------------------------------------------------------------- the grading kernels
 
-def test_what_the_grading_kernels_keep_of_notebook_09():
+def test_nothing_of_notebook_09_is_in_its_grading_kernel_and_none_of_its_answers_in_an_earlier_ones():
+    """09's tests put stand-ins where they need a part of 09 (probes.RopeDouble, probes.attention_double): its kernel
+    keeps none of the finished parts, helpers included."""
     source = package_folder()
-    for_09 = withheld("09_gpt", source)
-    assert ("gpt", "GPT") in for_09 and ("gpt", "generate") in for_09 and ("schedules", "warmup_cosine_lr") in for_09
-    assert ("embeddings", "apply_rope") not in for_09 and ("gpt", "CausalSelfAttention") not in for_09   # substituted
-    for_08 = withheld("08_decoding_bleu", source)
-    assert ("gpt", "sample_next") in for_08
-    assert not {("decoding", name) for name in ("sampling_distribution", "top_k_filter", "top_p_filter")} & set(for_08)
-    for earlier in ("01_positional_encoding", "02_attention"):   # 09's exercise, absent from every earlier kernel
-        assert ("embeddings", "apply_rope") in withheld(earlier, source), earlier
+    answers = {("embeddings", "apply_rope"), ("gpt", "CausalSelfAttention"), ("gpt", "GPT"), ("gpt", "lm_loss"),
+               ("gpt", "adamw_param_groups"), ("schedules", "warmup_cosine_lr"), ("gpt", "sample_next"), ("gpt", "generate")}
+    helpers = {("gpt", "GPTBlock"), ("decoding", "sampling_distribution"), ("decoding", "top_k_filter"),
+               ("decoding", "top_p_filter")}
+    assert answers | helpers <= set(withheld("09_gpt", source))
+    for earlier in ("01_positional_encoding", "08_decoding_bleu"):
+        assert answers <= set(withheld(earlier, source)), earlier

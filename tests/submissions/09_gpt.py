@@ -40,7 +40,8 @@ class CausalSelfAttention(MultiHeadAttention):
 ROTATE_QK = "q, k = apply_rope(q, positions), apply_rope(k, positions)"
 STORE = 'if cache is not None:\n            cache["k"], cache["v"] = k, v'
 MASK = "mask = torch.ones(x.size(1), k.size(2), dtype=torch.bool).tril(diagonal=past)"
-ATTEND = MASK + "\n        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"
+ATTEND = MASK + ("\n        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, "
+                 "dropout_p=self.dropout.p if self.training else 0.0)")
 
 
 def attention(before_split="", start="past", rotate=ROTATE_QK, store=STORE, attend=ATTEND):
@@ -64,13 +65,14 @@ class GPT(nn.Module):
     def __init__(self, vocab_size, d_model, n_heads, n_layers, d_ff, dropout=0.1):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
+        {init}
         self.dropout = nn.Dropout(dropout)
         self.blocks = nn.ModuleList([GPTBlock(d_model, n_heads, d_ff, dropout) for _ in range(n_layers)])
         self.norm = LayerNorm(d_model)
         {extra}
 
     def forward(self, tokens, cache=None):
-        h = self.dropout(self.embed(tokens){scale})
+        h = {embedded}
         for i, block in enumerate(self.blocks):
             h = block(h, {block_cache})
         return {output}
@@ -79,9 +81,12 @@ PRE_LN = ("x = x + self.dropout(self.attn(self.norm1(x), cache=cache))\n"
           "        return x + self.dropout(self.feed_forward(self.norm2(x)))")
 
 
-def model(block=PRE_LN, extra="", scale="", block_cache="None if cache is None else cache.setdefault(i, {})",
-          output="self.norm(h) @ self.embed.weight.T"):
-    return MODEL.format(block=block, extra=extra, scale=scale, block_cache=block_cache, output=output)
+INIT = "nn.init.normal_(self.embed.weight, std=0.02)"
+
+
+def model(block=PRE_LN, extra="", embedded="self.dropout(self.embed(tokens))", init=INIT,
+          block_cache="None if cache is None else cache.setdefault(i, {})", output="self.norm(h) @ self.embed.weight.T"):
+    return MODEL.format(block=block, extra=extra, embedded=embedded, init=init, block_cache=block_cache, output=output)
 
 
 LOSS = '''
@@ -134,7 +139,7 @@ def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None)
     {greedy}
     {temperature}
     if top_k is not None:
-        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        kth = logits.topk({kth}, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if top_p is not None:
         probs = logits.softmax(dim=-1)
@@ -150,8 +155,24 @@ NUCLEUS = "drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p"
 
 
 def sample(greedy=GREEDY, temperature=DIVIDE, nucleus=NUCLEUS, probs="logits.softmax(dim=-1)",
-           generator="generator=generator"):
-    return SAMPLE.format(greedy=greedy, temperature=temperature, nucleus=nucleus, probs=probs, generator=generator)
+           generator="generator=generator", kth="min(top_k, logits.size(-1))"):
+    return SAMPLE.format(greedy=greedy, temperature=temperature, nucleus=nucleus, probs=probs, generator=generator, kth=kth)
+
+
+SAMPLE_TOP_P_FIRST = '''
+def sample_next(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / temperature
+    if top_p is not None:
+        sorted_probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
+        drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p
+        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+'''
 
 
 GENERATE = '''
@@ -175,6 +196,21 @@ def generation(call=CALL, next_fed="fed = tokens[:, -1:]"):
     return GENERATE.format(call=call, next_fed=next_fed)
 
 
+GENERATE_AFTER_UPDATE = '''
+def generate(model, prompt, max_new_tokens, cache=True, choose=None):
+    choose = choose or (lambda logits: logits.argmax(dim=-1))
+    kv = {} if cache else None
+    tokens, steps = prompt, []
+    with torch.no_grad():
+        logits = model(prompt, cache=kv)[:, -1]
+        for _ in range(max_new_tokens):
+            tokens = torch.cat([tokens, choose(logits)[:, None]], dim=1)
+            logits = (model(tokens[:, -1:], cache=kv) if cache else model(tokens))[:, -1]
+            steps.append(logits)
+    return tokens, torch.stack(steps, dim=1)
+'''
+
+
 WRONG = [
     # apply_rope
     Answer("apply_rope", "pairs x[i] with x[i + d/2] (the half-split layout of GPT-NeoX)",
@@ -187,6 +223,16 @@ WRONG = [
         "a rotation the wrong way"),
     Answer("apply_rope", "ignores the positions argument (0, 1, ..., T-1)", rope(positions="torch.arange(x.size(-2))"),
            "whatever `positions` says"),
+    Answer("apply_rope", "angles in float32", rope(denominator="d").replace("torch.float64", "torch.float32"), "in float64"),
+    Answer("apply_rope", "works on [B, H, T, d] only", '''
+def apply_rope(x, positions, base=10000.0):
+    batch, heads, length, d = x.shape
+    angles = positions.double()[:, None] * base ** (-torch.arange(0, d, 2).double() / d)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    pairs = x.reshape(batch, heads, length, d // 2, 2)
+    a, b = pairs[..., 0], pairs[..., 1]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).reshape(batch, heads, length, d)
+''', "any number of leading dimensions"),
     Answer("apply_rope", "rotates x in place", '''
 def apply_rope(x, positions, base=10000.0):
     d = x.size(-1)
@@ -208,7 +254,8 @@ def apply_rope(x, positions, base=10000.0):
     Answer("CausalSelfAttention", "positions restart at 0 with every call (off by the cache's length)",
            attention(start="0"), "positions that restart at 0"),
     Answer("CausalSelfAttention", "is_causal=True with the cache (the mask aligned top-left)",
-           attention(attend="out = F.scaled_dot_product_attention(q, k, v, is_causal=True)"), "aligned top-left"),
+           attention(attend="out = F.scaled_dot_product_attention(q, k, v, is_causal=True, "
+                                  "dropout_p=self.dropout.p if self.training else 0.0)"), "aligned top-left"),
     Answer("CausalSelfAttention", "attends before appending: the new tokens do not see their own keys", '''
 class CausalSelfAttention(MultiHeadAttention):
     def forward(self, x, cache=None):
@@ -217,17 +264,22 @@ class CausalSelfAttention(MultiHeadAttention):
         positions = torch.arange(past, past + x.size(1))
         q, k = apply_rope(q, positions), apply_rope(k, positions)
         if past:   # attend to what the cache holds, then add the new keys and values to it
-            out = F.scaled_dot_product_attention(q, cache["k"], cache["v"])
+            out = F.scaled_dot_product_attention(q, cache["k"], cache["v"], dropout_p=self.dropout.p if self.training else 0.0)
             cache["k"], cache["v"] = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
         else:
             mask = torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril()
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0)
             if cache is not None:
                 cache["k"], cache["v"] = k, v
         return self.w_o(merge_heads(out))
 ''', "do not attend to their own keys"),
     Answer("CausalSelfAttention", "never stores anything in the cache", attention(store="pass"),
            "the cache is not used"),
+    Answer("CausalSelfAttention", "stores only the last call's keys and values (the cache overwritten)",
+           attention(store='if cache is not None:\n            cache["k"], cache["v"] = new_k, new_v'), "overwritten"),
+    Answer("CausalSelfAttention", "no dropout on the attention weights in training mode",
+           attention(attend=MASK + "\n        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)"),
+           "drops no attention weight"),
     # GPT
     Answer("GPT", "Post-LN blocks", model(block=(
         "x = self.norm1(x + self.dropout(self.attn(x, cache=cache)))\n"
@@ -237,14 +289,24 @@ class CausalSelfAttention(MultiHeadAttention):
                                                                output="self.head(self.norm(h))"),
            "its own output layer"),
     Answer("GPT", "scales the token vectors by sqrt(d_model) as notebook 01 does",
-           model(scale=" * math.sqrt(self.embed.embedding_dim)"), "multiplied by sqrt(d_model)"),
-    Answer("GPT", "hands the same cache dict to every block", model(block_cache="cache"), "with one cache dict"),
+           model(embedded="self.dropout(self.embed(tokens) * math.sqrt(self.embed.embedding_dim))"),
+           "multiplied by sqrt(d_model)"),
+    Answer("GPT", "hands the same cache dict to every block", model(block_cache="cache"), "the same cache dict"),
+    Answer("GPT", "its block class named Block", model().replace("GPTBlock", "Block"), "GPTBlock"),
+    Answer("GPT", "keeps nn.Embedding's initialisation (standard deviation 1)", model(init="pass"),
+           "standard deviation"),
+    Answer("GPT", "no dropout after the embedding", model(embedded="self.embed(tokens)"),
+           "no nn.Dropout to the token vectors", misleading="no nn.Dropout to block"),
+    Answer("GPT", "no dropout on the sub-layers' outputs", model(block=(
+        "x = x + self.attn(self.norm1(x), cache=cache)\n        return x + self.feed_forward(self.norm2(x))")),
+        "no nn.Dropout to block 0's attention output", misleading="no nn.Dropout to the token vectors"),
     # lm_loss
     Answer("lm_loss", "no shift: position t scored against token t", loss(logits="", targets="", mask=""),
            "no shift"),
     Answer("lm_loss", "the mask read one position early", loss(mask="[:, :-1]"), "the mask read one position early"),
     Answer("lm_loss", "the loss over the prompt's tokens too (the mask ignored)", loss(mask="[:, 1:] | True"),
            "the prompt's included"),
+    Answer("lm_loss", "a loss of shape [1]", loss(reduce="return nll[counted].mean().reshape(1)"), "0-d tensor"),
     Answer("lm_loss", "a mean of per-sequence means", loss(
         reduce="return torch.stack([row[keep].mean() for row, keep in zip(nll, counted) if keep.any()]).mean()"),
         "the mean of each sequence's mean"),
@@ -255,6 +317,10 @@ class CausalSelfAttention(MultiHeadAttention):
         "nn.LayerNorm's weight"),
     Answer("adamw_param_groups", "decays every matrix, the embedding included (nanoGPT's rule)",
            groups("decay = [p for p in model.parameters() if p.dim() >= 2]"), "the embedding"),
+    Answer("adamw_param_groups", "decays every matrix but the embeddings' (nn.Linear or not)", groups(
+        "embedded = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]\n"
+        "    decay = [p for p in model.parameters() if p.dim() >= 2 and all(p is not e for e in embedded)]"),
+        "only the weight matrices of nn.Linear layers"),
     Answer("adamw_param_groups", "decays the Linear layers' biases too", groups(
         "linear = [m for m in model.modules() if isinstance(m, nn.Linear)]\n"
         "    embedded = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]\n"
@@ -278,6 +344,8 @@ class CausalSelfAttention(MultiHeadAttention):
            schedule(value="peak_lr * 0.5 * (1 + math.cos(math.pi * progress))"), "a decay to 0"),
     Answer("warmup_cosine_lr", "no floor after total_steps",
            schedule(progress="(step - warmup_steps) / (total_steps - warmup_steps)"), "no floor after total_steps"),
+    Answer("warmup_cosine_lr", "the cosine reaches its floor one step early (total_steps - 1 is taken as the last)",
+           schedule(progress="min(1.0, (step - warmup_steps) / (total_steps - 1 - warmup_steps))"), "off by one step"),
     # sample_next
     Answer("sample_next", "applies the temperature to the probabilities after the softmax", sample(
         temperature="pass", probs="(logits.softmax(dim=-1) / temperature)"), "after the softmax"),
@@ -285,7 +353,9 @@ class CausalSelfAttention(MultiHeadAttention):
            sample(nucleus="drop = sorted_probs.cumsum(dim=-1) > top_p\n        drop[:, 0] = False"),
            "drops the token whose probability crosses p"),
     Answer("sample_next", "top-p before the temperature", sample(
-        temperature="pass", probs="(logits / temperature).softmax(dim=-1)"), "top-p applied before the temperature"),
+        temperature="pass", probs="(logits / temperature).softmax(dim=-1)"), "before the temperature"),
+    Answer("sample_next", "top-p before top-k", SAMPLE_TOP_P_FIRST, "before top-k", misleading="before the temperature"),
+    Answer("sample_next", "top-k larger than the number of tokens fails in topk", sample(kth="top_k"), "clamp it"),
     Answer("sample_next", "divides by a temperature of 0", sample(greedy="pass"), "temperature 0 means the argmax"),
     Answer("sample_next", "ignores the generator", sample(generator="replacement=False"), "seeded alike"),
     # generate
@@ -297,7 +367,16 @@ class CausalSelfAttention(MultiHeadAttention):
     Answer("generate", "feeds the token before the new one (off by one)",
            generation(next_fed="fed = tokens[:, -2:-1]"), "feed the newest token"),
     Answer("generate", "keeps the logits of the first position", generation(
-        call="logits = (model(fed, cache=kv) if cache else model(tokens))[:, 0]"), "the last position after the prompt"),
+        call="logits = (model(fed, cache=kv) if cache else model(tokens))[:, 0]"), "at position 0"),
+    Answer("generate", "keeps each step's logits after appending its token (the next step's)", GENERATE_AFTER_UPDATE,
+           "after its token was appended"),
+    Answer("generate", "puts the model in eval mode itself", generation(
+        call="logits = (model.eval()(fed, cache=kv) if cache else model.eval()(tokens))[:, -1]"), "changed the model's mode"),
+    Answer("generate", "runs the model with gradients on", GENERATE.replace("with torch.no_grad():", "if True:").format(
+        call=CALL, next_fed="fed = tokens[:, -1:]"), "torch.no_grad()"),
+    Answer("generate", "gives choose the probabilities", GENERATE.replace(
+        "choose(logits)", "choose(logits.softmax(dim=-1))").format(call=CALL, next_fed="fed = tokens[:, -1:]"),
+        "the probabilities"),
 ]
 
 
@@ -329,6 +408,29 @@ class CausalSelfAttention(nn.Module):
         q = apply_rope(split_heads(self.w_q(x), self.n_heads), torch.arange(total - new, total))
         allowed = torch.arange(total)[None, :] <= torch.arange(total - new, total)[:, None]
         out, _ = scaled_dot_product_attention(q, k, v, allowed, self.dropout)
+        return self.w_o(merge_heads(out))
+'''),
+    Answer("CausalSelfAttention", "RoPE written out inline with complex numbers (no call of apply_rope), its own "
+           "count of the cached tokens", '''
+class CausalSelfAttention(MultiHeadAttention):
+    def forward(self, x, cache=None):
+        q, k, v = (split_heads(t, self.n_heads) for t in (self.w_q(x), self.w_k(x), self.w_v(x)))
+        past = 0 if cache is None else cache.get("length", 0)
+        d = q.size(-1)
+        angle = torch.arange(past, past + x.size(1), dtype=torch.float64)[:, None] * \
+            10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+        turn = torch.polar(torch.ones_like(angle), angle)
+
+        def rotate(t):
+            pairs = torch.view_as_complex(t.double().reshape(*t.shape[:-1], d // 2, 2).contiguous())
+            return torch.view_as_real(pairs * turn).flatten(-2).to(t.dtype)
+        q, k = rotate(q), rotate(k)
+        if cache is not None:
+            if past:
+                k, v = torch.cat([cache["k"], k], 2), torch.cat([cache["v"], v], 2)
+            cache.update(k=k, v=v, length=past + x.size(1))
+        mask = torch.ones(x.size(1), k.size(2), dtype=torch.bool).tril(diagonal=past)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.dropout.p if self.training else 0.0)
         return self.w_o(merge_heads(out))
 '''),
     Answer("GPT", "F.linear with the embedding, blocks appended in a loop, the block's cache by keyword", '''

@@ -2,13 +2,18 @@
 
 Nothing here knows an expected value. Seeded weights and inputs (``attention_case``, ``gpt_case``, ...) are built
 the same way in the kernel, where the probe loads them into the student's module, and in the grader, where the
-judge computes what the module should give (transformer_course.oracles.gpt). ``PrefixLM`` is the stand-in model of
-``generate``'s tests: a language model whose every logit is a known function of the prefix, with a cache of its own.
+judge computes what the module should give (transformer_course.oracles.gpt). The visible tests' inputs come from
+fixed seeds; the hidden tests' (``hidden_*``) from the grading run's secret (probing.secret_generator), sizes
+included. The stand-ins: ``RopeDouble`` replaces apply_rope in CausalSelfAttention's tests, ``attention_double``
+CausalSelfAttention in GPT's, so that a mistake in either costs points in its own tests only; ``PrefixLM`` is the
+model of ``generate``'s tests, a language model whose every logit is a known function of the prefix.
 """
+import math
+
 import torch
 from torch import nn
 
-from ..probing import Raised, attempt
+from ..probing import Raised, attempt, secret_generator, secret_seed
 from .transformer import _uniform, load_weights, norm_weights
 
 PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
@@ -16,6 +21,25 @@ PROJECTIONS = ("w_q", "w_k", "w_v", "w_o")
 
 def _generator(seed):
     return torch.Generator().manual_seed(seed)
+
+
+def _draw_int(generator, low, high):
+    """An integer in [low, high]."""
+    return int(torch.randint(low, high + 1, (1,), generator=generator))
+
+
+def _draw_float(generator, low, high):
+    return low + (high - low) * float(torch.rand(1, generator=generator, dtype=torch.float64))
+
+
+def _seeds(tag, count):
+    """The seeds of a hidden test's cases: drawn from the secret."""
+    return [secret_seed(f"{tag}:{i}") for i in range(count)]
+
+
+def with_seeds(cases, seeds):
+    """(case, seed) pairs: seeds 0, 1, 2, ... unless given (the hidden tests')."""
+    return list(zip(cases, range(len(cases)) if seeds is None else seeds, strict=True))
 
 
 def attention_weights(d_model, generator, prefix=""):
@@ -51,57 +75,142 @@ def names_and_shapes(module):
 
 # (shape [..., T, d], positions or None for 0..T-1, base, dtype)
 ROPE_VISIBLE = [((2, 3, 5, 8), None, 10000.0, "float32"), ((2, 3, 5, 8), [3, 7, 8, 20, 100], 10000.0, "float32")]
-ROPE_HIDDEN = [((1, 2, 4, 16), [0, 1000, 5000, 12], 10000.0, "float64"), ((3, 1, 6, 2), None, 10000.0, "float32"),
-               ((2, 2, 3, 6), [5, 5, 9], 100.0, "float64"), ((1, 4, 7, 32), None, 500.0, "float32")]
 # (d, base, pairs of positions (p, r)): the score of a query at p with a key at r
-ROPE_RELATIVE = [(8, 10000.0, [(0, 0), (5, 5), (3, 1), (10, 8), (102, 100), (1, 3), (50, 52)]),
-                 (16, 10000.0, [(7, 0), (1007, 1000), (0, 9), (4000, 4009), (2, 2), (3000, 3000)]),
-                 (6, 100.0, [(4, 1), (64, 61), (0, 0), (9, 9)])]
+ROPE_RELATIVE = [(8, 10000.0, [(0, 0), (5, 5), (3, 1), (10, 8), (102, 100), (1, 3), (50, 52)])]
+BASES = (10000.0, 500.0, 100.0)
+
+
+def _head_size(generator, low=2, high=8):
+    """An even size of at least 4: with two pairs or more, the frequency mistakes show."""
+    return 2 * _draw_int(generator, low, high)
+
+
+def _positions(generator, count, high):
+    """`count` distinct positions below `high`, in no order."""
+    return torch.randperm(high, generator=generator)[:count].tolist()
+
+
+def hidden_rope_cases():
+    """(cases, seeds) of apply_rope's hidden value tests, drawn from the secret: x with 4, 2, 3 and 5 dimensions.
+    The first mixes positions below 32 with positions in the tens of thousands, where an angle computed in float32
+    is off by thousandths of a radian (d of 12 or more: several pairs turn by thousands of radians); the positions of
+    the last two are not 0, 1, ..., T - 1."""
+    generator = secret_generator("09 apply_rope values")
+    length = _draw_int(generator, 6, 8)
+    small, large = torch.randperm(32, generator=generator)[:3], 20000 + torch.randperm(40000, generator=generator)[:length - 3]
+    mixed = torch.cat([small, large])[torch.randperm(length, generator=generator)].tolist()
+    lengths = [_draw_int(generator, 3, 6) for _ in range(3)]
+    cases = [((_draw_int(generator, 1, 2), _draw_int(generator, 1, 3), length, _head_size(generator, 6, 8)), mixed,
+              10000.0, "float64"),
+             ((lengths[0], _head_size(generator)), None, BASES[_draw_int(generator, 0, 2)], "float32"),
+             ((_draw_int(generator, 1, 3), lengths[1], _head_size(generator)), _positions(generator, lengths[1], 300),
+              BASES[_draw_int(generator, 0, 2)], "float64"),
+             ((2, 1, _draw_int(generator, 1, 2), lengths[2], _head_size(generator)), _positions(generator, lengths[2], 2000),
+              BASES[_draw_int(generator, 0, 2)], "float32")]
+    return cases, _seeds("09 apply_rope values", len(cases))
 
 
 def rope_case(case, seed):
-    """(x, positions, base) of one case of ROPE_VISIBLE / ROPE_HIDDEN."""
+    """(x, positions, base) of one case of ROPE_VISIBLE / hidden_rope_cases."""
     shape, positions, base, dtype = case
     x = torch.randn(*shape, generator=_generator(seed), dtype=torch.float64).to(getattr(torch, dtype))
     positions = torch.arange(shape[-2]) if positions is None else torch.tensor(positions)
     return x, positions, base
 
 
-def rope_runs(apply_rope, cases):
+def rope_runs(apply_rope, cases, seeds=None):
     """For each case: what apply_rope returned, and whether it changed its input."""
     runs = []
-    for seed, case in enumerate(cases):
+    for case, seed in with_seeds(cases, seeds):
         x, positions, base = rope_case(case, seed)
         before = x.clone()
         runs.append({"out": attempt(apply_rope, x, positions, base), "input_changed": not torch.equal(x, before)})
     return runs
 
 
+def hidden_relative_cases():
+    """(cases, seeds) of the hidden relative-position tests: for two offsets each, pairs of positions up to 5000."""
+    generator = secret_generator("09 apply_rope relative")
+    cases = []
+    for base, pairs_per_offset in ((10000.0, 3), (100.0, 2)):
+        pairs = []
+        for _ in range(2):
+            offset = _draw_int(generator, -12, 12)
+            for _ in range(pairs_per_offset):
+                p = _draw_int(generator, max(0, offset), 5000)
+                pairs.append((p, p - offset))
+        cases.append((_head_size(generator), base, pairs))
+    return cases, _seeds("09 apply_rope relative", len(cases))
+
+
 def relative_case(case, seed):
     """A query and a key [1, 1, 1, d] in float64."""
-    generator = _generator(100 + seed)
+    generator = _generator(seed)
     return (torch.randn(1, 1, 1, case[0], generator=generator, dtype=torch.float64),
             torch.randn(1, 1, 1, case[0], generator=generator, dtype=torch.float64))
 
 
-def rope_scores(apply_rope, cases):
+def rope_scores(apply_rope, cases, seeds=None):
     """For each case, the score of the rotated query at p with the rotated key at r, for each pair (p, r)."""
     runs = []
-    for seed, (_, base, pairs) in enumerate(cases):
-        q, k = relative_case(cases[seed], seed)
+    for case, seed in with_seeds(cases, seeds):
+        q, k = relative_case(case, seed)
+        base = case[1]
 
         def score(p, r):
             rotated_q, rotated_k = apply_rope(q, torch.tensor([p]), base), apply_rope(k, torch.tensor([r]), base)
             return float((rotated_q * rotated_k).sum())
-        runs.append([attempt(score, p, r) for p, r in pairs])
+        runs.append([attempt(score, p, r) for p, r in case[2]])
     return runs
 
 
 # ----------------------------------------------------------------------------- CausalSelfAttention
 
+MAX_PAIRS = 64
+
+
+class RopeDouble:
+    """The stand-in for apply_rope in CausalSelfAttention's tests (a mistake in apply_rope costs points in its own
+    tests only). Like RoPE it turns each pair (x[2i], x[2i + 1]) of the row at position p, but by the angle
+    p * speeds[i] + phases[i], with speeds and phases drawn from a fixed seed (visible tests) or from the secret
+    (``hidden``): it is not RoPE, and an apply_rope copied from it fails apply_rope's tests."""
+
+    def __init__(self, hidden=False):
+        generator = secret_generator("09 RopeDouble") if hidden else _generator(9)
+        self.speeds = 0.2 + 1.3 * torch.rand(MAX_PAIRS, generator=generator, dtype=torch.float64)
+        self.phases = 2 * math.pi * torch.rand(MAX_PAIRS, generator=generator, dtype=torch.float64)
+
+    def __call__(self, x, positions, base=10000.0):
+        pairs = x.size(-1) // 2
+        angle = torch.as_tensor(positions).detach().cpu().to(torch.float64)[:, None] * self.speeds[:pairs] + \
+            self.phases[:pairs]
+        cos, sin = angle.cos().to(x), angle.sin().to(x)
+        first, second = x[..., 0::2], x[..., 1::2]
+        return torch.stack([first * cos - second * sin, first * sin + second * cos], dim=-1).flatten(-2)
+
+
 # (d_model, n_heads, batch, length, chunks fed one after the other with one cache)
 ATTENTION_VISIBLE = [(16, 4, 2, 6, [3, 1, 2])]
-ATTENTION_HIDDEN = [(12, 3, 1, 7, [1, 1, 1, 4]), (8, 1, 2, 5, [2, 3]), (16, 8, 3, 4, [4]), (20, 2, 2, 9, [5, 1, 1, 2])]
+ATTENTION_PARTS = (16, 4, 0.25)     # d_model, n_heads, dropout of the visible test of the layer's parts
+
+
+def hidden_attention_cases():
+    """(cases, seeds) of the hidden tests of CausalSelfAttention, drawn from the secret, head sizes even: fed one
+    token at a time (at least 2 heads), in three chunks (the cache extended twice), and in one chunk."""
+    generator = secret_generator("09 CausalSelfAttention")
+    cases = []
+    for chunks, fewest_heads in (([1] * _draw_int(generator, 4, 6), 2), ([_draw_int(generator, 1, 3) for _ in range(3)], 1),
+                                 ([_draw_int(generator, 3, 7)], 1)):
+        n_heads = _draw_int(generator, fewest_heads, 4)
+        cases.append((n_heads * _head_size(generator, 2, 4), n_heads, _draw_int(generator, 1, 3), sum(chunks), chunks))
+    return cases, _seeds("09 CausalSelfAttention", len(cases))
+
+
+def hidden_attention_parts():
+    """(d_model, n_heads, dropout) of the hidden test of the layer's parts."""
+    generator = secret_generator("09 CausalSelfAttention parts")
+    n_heads = _draw_int(generator, 1, 4)
+    return n_heads * _head_size(generator, 2, 4), n_heads, round(_draw_float(generator, 0.05, 0.5), 2)
 
 
 def attention_case(case, seed):
@@ -129,75 +238,249 @@ def attention_run(make, case, seed):
         return {"full": attempt(layer, x), "cached": [attempt(layer, part, cache=cache) for part in _chunks(chunks, x)]}
 
 
-def attention_runs(make, cases):
-    return [attention_run(make, case, seed) for seed, case in enumerate(cases)]
+def attention_runs(make, cases, seeds=None):
+    return [attention_run(make, case, seed) for case, seed in with_seeds(cases, seeds)]
 
 
-def attention_facts(make):
-    """The parts of CausalSelfAttention(16, 4, dropout=0.25): plain data for the judge."""
-    layer = attempt(make, 16, 4, dropout=0.25)
+def attention_facts(make, sizes=ATTENTION_PARTS):
+    """The parts of CausalSelfAttention(d_model, n_heads, dropout=...): plain data for the judge."""
+    d_model, n_heads, dropout = sizes
+    layer = attempt(make, d_model, n_heads, dropout=dropout)
     if isinstance(layer, Raised):
         return {"made": layer}
     return {"made": True, "n_heads": getattr(layer, "n_heads", None), "parameters": names_and_shapes(layer),
             "dropout": [m.p for m in layer.modules() if isinstance(m, nn.Dropout)]}
 
 
+def attention_dropout_case():
+    """The hidden dropout test's layer and input, drawn from the secret: ((d_model, n_heads, dropout), weights, x).
+    Token t is the one-hot vector e_t and w_v copies feature t into place t of every head (no bias), so each head's
+    output before w_o holds that head's attention weights themselves, as dropout left them; w_o is invertible."""
+    generator = secret_generator("09 CausalSelfAttention dropout")
+    n_heads, d_k = _draw_int(generator, 1, 3), _head_size(generator, 3, 4)
+    d_model, length = n_heads * d_k, _draw_int(generator, 5, d_k)
+    rate = round(_draw_float(generator, 0.3, 0.6), 2)
+    weights = attention_weights(d_model, generator)
+    copy = torch.zeros(d_model, d_model)
+    for head in range(n_heads):
+        copy[head * d_k + torch.arange(length), torch.arange(length)] = 1.0
+    weights.update({"w_v.weight": copy, "w_v.bias": torch.zeros(d_model),
+                    "w_o.weight": weights["w_o.weight"] + 2 * torch.eye(d_model)})
+    return (d_model, n_heads, rate), weights, torch.eye(d_model)[:length].repeat(3, 1, 1)
+
+
+def attention_dropout_run(make):
+    """The student's layer of attention_dropout_case in training mode: its output."""
+    (d_model, n_heads, rate), weights, x = attention_dropout_case()
+    layer = attempt(lambda: load_weights(make(d_model, n_heads, dropout=rate), weights).train())
+    if isinstance(layer, Raised):
+        return layer
+    with torch.no_grad():
+        return attempt(layer, x)
+
+
 # ----------------------------------------------------------------------------- GPT
+
+MAX_LEN = 64
+
+
+class AttentionDouble(nn.Module):
+    """The stand-in for CausalSelfAttention in GPT's tests (a mistake in CausalSelfAttention costs points in its
+    own tests only): the parameters of the real layer (w_q, w_k, w_v, w_o, and `dropout`, unused), but its output
+    is a fixed causal mixing of the values, position t getting w_o(sum over j <= t of mixing[t, j] * w_v(x_j)).
+    With a cache dict it keeps the values it has seen there ("v"); `calls` records each call's number of tokens and
+    the dict it got. ``attention_double`` makes the class, with its mixing drawn from a seed or the secret."""
+
+    mixing = None     # [MAX_LEN, MAX_LEN], lower triangular, rows summing to 1
+
+    def __init__(self, d_model, n_heads, dropout=0.1):
+        super().__init__()
+        self.n_heads = n_heads
+        self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model) for _ in PROJECTIONS)
+        self.dropout = nn.Dropout(dropout)
+        self.calls = []
+
+    def forward(self, x, cache=None):
+        values = self.w_v(x)
+        if cache is not None:
+            values = torch.cat([cache["v"], values], dim=1) if "v" in cache else values
+            cache["v"] = values
+        self.calls.append((x.size(1), cache))
+        start = values.size(1) - x.size(1)
+        return self.w_o(self.mixing[start:values.size(1), :values.size(1)].to(values) @ values)
+
+
+def attention_double(hidden=False):
+    """An AttentionDouble class whose mixing is drawn from a fixed seed (visible tests) or from the secret (``hidden``)."""
+    generator = secret_generator("09 AttentionDouble") if hidden else _generator(11)
+    mixing = (0.1 + torch.rand(MAX_LEN, MAX_LEN, generator=generator, dtype=torch.float64)).tril()
+    return type("AttentionDouble", (AttentionDouble,), {"mixing": mixing / mixing.sum(-1, keepdim=True)})
+
 
 # (vocab_size, d_model, n_heads, n_layers, d_ff, batch, length, chunks)
 GPT_VISIBLE = [(23, 16, 4, 2, 32, 2, 6, [4, 1, 1])]
-GPT_HIDDEN = [(17, 8, 2, 1, 16, 1, 5, [1, 1, 1, 1, 1]), (31, 12, 3, 3, 20, 3, 7, [3, 4]), (9, 16, 8, 2, 8, 2, 4, [2, 2])]
+GPT_SIZES = (29, 16, 4, 2, 24)     # vocab_size, d_model, n_heads, n_layers, d_ff of the visible structure test
+
+
+def hidden_gpt_cases():
+    """(cases, seeds) of GPT's hidden value tests, drawn from the secret: 2 or 3 blocks fed in three chunks, and one
+    block fed a token at a time."""
+    generator = secret_generator("09 GPT values")
+    cases = []
+    for n_layers, chunks in ((_draw_int(generator, 2, 3), [_draw_int(generator, 1, 3) for _ in range(3)]),
+                             (1, [1] * _draw_int(generator, 3, 5))):
+        n_heads = _draw_int(generator, 1, 4)
+        cases.append((_draw_int(generator, 9, 31), n_heads * _head_size(generator, 2, 3), n_heads, n_layers,
+                      2 * _draw_int(generator, 4, 12), _draw_int(generator, 1, 3), sum(chunks), chunks))
+    return cases, _seeds("09 GPT values", len(cases))
+
+
+def hidden_gpt_sizes():
+    """(sizes, seed) of GPT's hidden structure test: the sizes drawn from the secret, an embedding of 96 values or
+    more (its standard deviation is measured)."""
+    generator = secret_generator("09 GPT structure")
+    n_heads = _draw_int(generator, 1, 3)
+    sizes = (_draw_int(generator, 16, 40), n_heads * _head_size(generator, 3, 4), n_heads, _draw_int(generator, 1, 3),
+             2 * _draw_int(generator, 4, 16))
+    return sizes, secret_seed("09 GPT structure weights")
 
 
 def gpt_case(case, seed):
     """(weights by attribute path, tokens [B, T]) of one case."""
-    vocab_size, d_model, _, n_layers, d_ff, batch, length, _ = case
+    vocab_size, d_model, _, n_layers, d_ff, batch, length = case[:7]
     generator = _generator(seed)
     weights = gpt_weights(vocab_size, d_model, n_layers, d_ff, generator)
     return weights, torch.randint(0, vocab_size, (batch, length), generator=generator)
 
 
+def block_caches(doubles, cache):
+    """For each attention stand-in of a model (in the order of model.modules()), each call's number of tokens, the
+    cache dict it got (None, or the dict's number among those the stand-ins got, in order of first use), and whether
+    that dict is cache[i] of the model's cache dict, i the stand-in's place."""
+    seen = []
+
+    def number(given):
+        if given is None:
+            return None
+        if not any(given is d for d in seen):
+            seen.append(given)
+        return next(n for n, d in enumerate(seen) if d is given)
+    return [[{"length": length, "cache": number(given), "own": given is not None and cache.get(i) is given}
+             for length, given in double.calls] for i, double in enumerate(doubles)]
+
+
 def gpt_run(make, case, seed):
-    """The student's GPT with the case's weights, in eval mode: its logits over the tokens at once, and chunk
-    by chunk with one cache dict."""
+    """The student's GPT with the case's weights, in eval mode: its logits over the tokens at once, and chunk by chunk
+    with one cache dict, with what its attention stand-ins got then."""
     vocab_size, d_model, n_heads, n_layers, d_ff, _, _, chunks = case
     weights, tokens = gpt_case(case, seed)
     model = attempt(lambda: load_weights(make(vocab_size, d_model, n_heads, n_layers, d_ff, dropout=0.0),
                                          weights).eval())
     if isinstance(model, Raised):
-        return {"full": model, "cached": [model] * len(chunks)}
+        return {"full": model, "cached": [model] * len(chunks), "blocks": []}
     cache = {}
     with torch.no_grad():
-        return {"full": attempt(model, tokens),
-                "cached": [attempt(model, part, cache=cache) for part in _chunks(chunks, tokens)]}
+        full = attempt(model, tokens)
+        doubles = [m for m in model.modules() if isinstance(m, AttentionDouble)]
+        for double in doubles:
+            double.calls.clear()
+        cached = [attempt(model, part, cache=cache) for part in _chunks(chunks, tokens)]
+    return {"full": full, "cached": cached, "blocks": block_caches(doubles, cache)}
 
 
-def gpt_runs(make, cases):
-    return [gpt_run(make, case, seed) for seed, case in enumerate(cases)]
+def gpt_runs(make, cases, seeds=None):
+    return [gpt_run(make, case, seed) for case, seed in with_seeds(cases, seeds)]
 
 
-def gpt_facts(make, sizes=(29, 16, 4, 2, 24)):
-    """What GPT(*sizes, dropout=0.25) is made of: its parameters (a shared one once), the class names of its
-    blocks' parts, its dropout rates, and the output's shape for a [2, 3] batch."""
+def wiring_case(sizes, seed):
+    """Weights with which every block adds nothing (its attention's w_o and its feed-forward's linear2 are zero), and
+    tokens [2, 5]: the logits are then those of the embedding, the final LayerNorm and the tied output alone."""
+    vocab_size, d_model, _, n_layers, d_ff = sizes
+    generator = _generator(seed)
+    weights = gpt_weights(vocab_size, d_model, n_layers, d_ff, generator)
+    for name, value in weights.items():
+        if ".attn.w_o." in name or ".linear2." in name:
+            weights[name] = torch.zeros_like(value)
+    return weights, torch.randint(0, vocab_size, (2, 5), generator=generator)
+
+
+def gpt_facts(make, sizes=GPT_SIZES, seed=7):
+    """What GPT(*sizes, dropout=0.25) is made of: its parameters (a shared one once), the class names of its blocks
+    and of their parts, its dropout rates, the standard deviation of its embedding as made, and its logits with
+    wiring_case's weights (in eval mode)."""
     model = attempt(make, *sizes, dropout=0.25)
     if isinstance(model, Raised):
         return {"made": model}
     blocks = getattr(model, "blocks", None)
     parts = [[type(getattr(block, name, None)).__name__ for name in ("norm1", "attn", "norm2", "feed_forward")]
              for block in (blocks if isinstance(blocks, nn.ModuleList) else [])]
-    tokens = torch.randint(0, sizes[0], (2, 3), generator=_generator(7))
-    out = attempt(lambda: model.eval()(tokens))
-    return {"made": True, "parameters": names_and_shapes(model), "blocks": type(blocks).__name__, "parts": parts,
-            "dropout": sorted(m.p for m in model.modules() if isinstance(m, nn.Dropout)),
-            "shape": list(out.shape) if isinstance(out, torch.Tensor) else out}
+    embed = getattr(model, "embed", None)
+    facts = {"made": True, "parameters": names_and_shapes(model), "blocks": type(blocks).__name__, "parts": parts,
+             "block_classes": [type(block).__name__ for block in (blocks if isinstance(blocks, nn.ModuleList) else [])],
+             "dropout": sorted(m.p for m in model.modules() if isinstance(m, nn.Dropout)),
+             "embed_std": float(embed.weight.detach().double().std()) if isinstance(embed, nn.Embedding) else None}
+    weights, tokens = wiring_case(sizes, seed)
+    with torch.no_grad():
+        facts["wiring"] = attempt(lambda: load_weights(model, weights).eval()(tokens))
+    return facts
+
+
+def hidden_gpt_dropout_case():
+    """(case, dropout, seed) of GPT's hidden dropout test, drawn from the secret: case as in hidden_gpt_cases, without
+    chunks."""
+    generator = secret_generator("09 GPT dropout")
+    n_heads = _draw_int(generator, 1, 3)
+    case = (_draw_int(generator, 9, 25), n_heads * _head_size(generator, 2, 3), n_heads, _draw_int(generator, 1, 3),
+            2 * _draw_int(generator, 4, 10), 2, _draw_int(generator, 3, 6))
+    return case, round(_draw_float(generator, 0.2, 0.5), 2), secret_seed("09 GPT dropout weights")
+
+
+def gpt_dropout_run(make, case, rate, seed):
+    """GPT(..., dropout=rate) with the case's weights in training mode, its blocks' attention and feed-forward layers
+    in eval mode: its logits, and what each nn.Dropout still in training mode got and gave, in the order of the calls."""
+    vocab_size, d_model, n_heads, n_layers, d_ff = case[:5]
+    weights, tokens = gpt_case(case, seed)
+    model = attempt(lambda: load_weights(make(vocab_size, d_model, n_heads, n_layers, d_ff, dropout=rate),
+                                         weights).train())
+    if isinstance(model, Raised):
+        return {"logits": model, "dropouts": []}
+    for name, module in model.named_modules():      # only the GPT's own dropout stays random
+        if name.endswith((".attn", ".feed_forward")):
+            module.eval()
+    calls = []
+    handles = [module.register_forward_hook(lambda module, inputs, output, name=name: calls.append(
+        {"name": name, "input": inputs[0].detach().clone(), "output": output.detach().clone()}))
+        for name, module in model.named_modules() if isinstance(module, nn.Dropout) and module.training]
+    try:
+        with torch.no_grad():
+            logits = attempt(model, tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {"logits": logits, "dropouts": calls}
 
 
 # ----------------------------------------------------------------------------- lm_loss
 
 # (batch, length, vocab, mask: None, "lengths" of the prompt (not counted), or "padding": counted lengths)
 LM_LOSS_VISIBLE = [(3, 6, 11, None, None), (3, 6, 11, "prompt", [2, 4, 1]), (2, 7, 5, "padding", [7, 3])]
-LM_LOSS_HIDDEN = [(4, 5, 13, "prompt", [3, 3, 1, 4]), (1, 2, 3, None, None), (2, 9, 17, "both", [[2, 7], [4, 9]]),
-                  (5, 4, 7, "padding", [4, 2, 3, 4, 2])]
+
+
+def hidden_lm_loss_cases():
+    """(cases, seeds) of lm_loss's hidden tests, drawn from the secret: prompts of distinct lengths, the shortest
+    sequence (no mask), prompts with padding after, padding; the rows of a case count distinct numbers of tokens."""
+    generator = secret_generator("09 lm_loss")
+
+    def distinct(count, low, high):
+        return (low + torch.randperm(high - low + 1, generator=generator)[:count]).tolist()
+    prompted, both, padded = ((_draw_int(generator, 3, 4), _draw_int(generator, 6, 8)), (2, _draw_int(generator, 7, 10)),
+                              (_draw_int(generator, 3, 4), _draw_int(generator, 5, 7)))
+    starts, stops = distinct(2, 1, 3), distinct(2, both[1] - 3, both[1])
+    cases = [(*prompted, _draw_int(generator, 5, 20), "prompt", distinct(prompted[0], 1, prompted[1] - 2)),
+             (1, 2, _draw_int(generator, 3, 9), None, None),
+             (*both, _draw_int(generator, 5, 20), "both", [[start, stop] for start, stop in zip(starts, stops)]),
+             (*padded, _draw_int(generator, 5, 20), "padding", distinct(padded[0], 2, padded[1]))]
+    return cases, _seeds("09 lm_loss", len(cases))
 
 
 def lm_loss_case(case, seed):
@@ -217,10 +500,10 @@ def lm_loss_case(case, seed):
     return logits, tokens, (position >= start) & (position < stop)
 
 
-def lm_loss_runs(lm_loss, cases):
+def lm_loss_runs(lm_loss, cases, seeds=None):
     """For each case: the loss, and whether it carries a gradient back to the logits."""
     runs = []
-    for seed, case in enumerate(cases):
+    for case, seed in with_seeds(cases, seeds):
         logits, tokens, mask = lm_loss_case(case, seed)
         logits.requires_grad_(True)
         loss = attempt(lm_loss, logits, tokens, mask)
@@ -253,6 +536,46 @@ class TinyLM(nn.Module):
                 nn.init.normal_(p, std=0.5)
 
 
+class Projection(nn.Linear):
+    """An nn.Linear of a class of its own: its weight is an nn.Linear layer's matrix all the same."""
+
+
+class Mixer(nn.Module):
+    """A module whose matrix is called `weight` but which is no nn.Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(4, 8))
+
+
+class WiderLM(TinyLM):
+    """TinyLM with more matrices, of which only the nn.Linear's take weight decay (the hidden tests' stand-in)."""
+
+    def __init__(self, seed=0):
+        super().__init__(seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed + 1)
+            self.conv = nn.Conv1d(8, 8, 3)                             # a 3-d weight, no nn.Linear's
+            self.mixer = Mixer()
+            self.positions = nn.Parameter(torch.empty(6, 8))           # a bare matrix: a table of positions
+            self.projection = Projection(8, 8)                         # an nn.Linear: decayed
+            for module in (self.conv, self.mixer, self.projection):
+                for p in module.parameters():
+                    nn.init.normal_(p, std=0.5)
+            nn.init.normal_(self.positions, std=0.5)
+
+
+def stand_in(seed, wider=False):
+    """The model of adamw_param_groups' tests: TinyLM (visible) or WiderLM (hidden)."""
+    return (WiderLM if wider else TinyLM)(seed)
+
+
+def hidden_param_groups_case():
+    """(weight_decay, seed) of adamw_param_groups' hidden test, drawn from the secret."""
+    generator = secret_generator("09 adamw_param_groups")
+    return round(_draw_float(generator, 0.05, 0.5), 3), secret_seed("09 adamw_param_groups model")
+
+
 def seeded_grads(model, seed):
     """Gradients for every parameter of the model, drawn from a seed (the same in kernel and judge)."""
     generator = _generator(seed)
@@ -272,10 +595,10 @@ def _group_facts(group, names):
             "weight_decay": float(decay) if isinstance(decay, (int, float)) else repr(decay)}
 
 
-def param_groups_run(adamw_param_groups, weight_decay, seed=0):
-    """The groups the answer makes for TinyLM (names and weight decay), and the model's parameters after one
+def param_groups_run(adamw_param_groups, weight_decay, seed=0, wider=False):
+    """The groups the answer makes for the stand-in (names and weight decay), and the model's parameters after one
     step of torch.optim.AdamW(groups, lr=0.1) with seeded gradients."""
-    model = TinyLM(seed)
+    model = stand_in(seed, wider)
     names = {id(p): name for name, p in model.named_parameters()}
     groups = attempt(adamw_param_groups, model, weight_decay)
     if isinstance(groups, Raised):
@@ -295,9 +618,31 @@ def param_groups_run(adamw_param_groups, weight_decay, seed=0):
 # (peak_lr, warmup_steps, total_steps, min_lr or None for the default, steps)
 SCHEDULE_VISIBLE = [(1e-3, 10, 100, None, [0, 1, 5, 9, 10, 11, 30, 55, 99, 100, 150]),
                     (3.0, 4, 20, 0.5, [0, 2, 4, 8, 12, 16, 20, 40])]
-SCHEDULE_HIDDEN = [(2e-4, 0, 50, None, [0, 1, 25, 49, 50, 51, 1000]), (0.1, 100, 101, 0.01, [0, 50, 99, 100, 101, 102]),
-                   (6e-4, 2000, 60000, 6e-5, [1, 1999, 2000, 2001, 31000, 59999, 60000, 70000])]
 SCHEDULE_ERRORS = [(1e-3, 10, 10, None), (1e-3, 20, 10, None), (1e-3, -1, 10, None)]
+
+
+def hidden_schedule_cases():
+    """(cases, error cases) of warmup_cosine_lr's hidden tests, drawn from the secret: a warm-up and a floor, with the
+    steps around both ends of each phase; no warm-up and the default floor; a decay of one step."""
+    generator = secret_generator("09 warmup_cosine_lr")
+
+    def peak():
+        return 10 ** _draw_float(generator, -4.5, -2.0)
+
+    def floor(peak_lr):
+        return peak_lr * _draw_float(generator, 0.05, 0.3)
+    warmup, span, later = _draw_int(generator, 3, 40), _draw_int(generator, 20, 200), _draw_int(generator, 1, 500)
+    total, peak_lr = warmup + span, peak()
+    steps = sorted({0, 1, warmup - 1, warmup, warmup + 1, warmup + _draw_int(generator, 2, span - 2), total - 1, total,
+                    total + later})
+    no_warmup, short = _draw_int(generator, 20, 200), _draw_int(generator, 2, 30)
+    short_peak = peak()
+    cases = [(peak_lr, warmup, total, floor(peak_lr), steps),
+             (peak(), 0, no_warmup, None, [0, 1, _draw_int(generator, 2, no_warmup - 2), no_warmup - 1, no_warmup,
+                                           no_warmup + later]),
+             (short_peak, short, short + 1, floor(short_peak), [0, short - 1, short, short + 1, short + 2])]
+    errors = [(peak_lr, warmup, warmup, None), (peak_lr, warmup + later, warmup, None), (peak_lr, -later, total, None)]
+    return cases, errors
 
 
 def schedule_values(warmup_cosine_lr, cases):
@@ -316,20 +661,49 @@ def schedule_errors(warmup_cosine_lr, cases):
 # ----------------------------------------------------------------------------- sample_next
 
 N_DRAWS = 20000
-# The rows whose next token is drawn, as probabilities (the logits are their logs, plus a constant)
+# The visible tests' rows of probabilities (the logits are their logs, plus a constant)
 SAMPLE_ROWS = {"a": [0.05, 0.30, 0.10, 0.40, 0.15], "b": [0.02, 0.08, 0.45, 0.05, 0.25, 0.15]}
 SAMPLE_VISIBLE = [("a", {}), ("a", {"temperature": 0.5}), ("a", {"temperature": 2.0}), ("a", {"top_k": 2}),
-                  ("a", {"top_p": 0.6}), ("a", {"temperature": 0.5, "top_p": 0.8})]
-SAMPLE_HIDDEN = [("b", {"temperature": 0.7}), ("a", {"top_k": 3, "top_p": 0.75}), ("b", {"top_k": 10}),
-                 ("b", {"top_p": 1.0}), ("a", {"top_p": 1e-6}), ("b", {"top_p": 0.46}), ("b", {"top_p": 0.7, "top_k": 3}),
-                 ("ab", {"temperature": 1.5}), ("ab", {"top_p": 0.65})]
+                  ("a", {"top_p": 0.6}), ("a", {"temperature": 0.5, "top_p": 0.8}), ("a", {"top_k": 10})]
+# The hidden tests' rows: these probabilities, each moved by 3 % at most, in an order drawn from the secret. The
+# cumulative masses of the likeliest tokens (0.42, 0.66, 0.80, 0.90, 0.96) stay clear of every p the tests ask.
+SHAPE = (0.42, 0.24, 0.14, 0.10, 0.06, 0.04)
 GREEDY_VISIBLE = [[1.0, 3.0, 3.0, 0.0], [5.0, 1.0, 5.0, 2.0], [-1.0, -2.0, -3.0, -4.0]]
-GREEDY_HIDDEN = [[0.5, 0.5, 0.5], [-3.0, 7.0, 7.0], [2.0, -1.0, 9.0]]
 
 
-def sample_logits(row_names):
-    """Logits [N_DRAWS, V] of the named rows (a row per draw: "ab" alternates the two rows)."""
-    rows = [torch.tensor(SAMPLE_ROWS[name], dtype=torch.float64).log() + 1.5 for name in row_names]
+def _secret_row(generator):
+    jitter = torch.exp((2 * torch.rand(len(SHAPE), generator=generator, dtype=torch.float64) - 1) * 0.03)
+    probs = torch.tensor(SHAPE, dtype=torch.float64) * jitter
+    return (probs / probs.sum())[torch.randperm(len(SHAPE), generator=generator)].tolist()
+
+
+def hidden_sample_cases():
+    """sample_next's hidden cases, (rows of probabilities, settings), drawn from the secret (see SHAPE): each known
+    mistake changes the distribution of at least one case by 0.03 or more, and where one explains it the tests can
+    name it (tests/test_gpt.py checks that for many secrets)."""
+    generator = secret_generator("09 sample_next")
+
+    def row():
+        return [_secret_row(generator)]
+    return [(row(), {"temperature": round(_draw_float(generator, 0.55, 0.75), 3)}),
+            (row(), {"top_p": 0.73}),
+            (row(), {"top_k": 3, "top_p": 0.72}),
+            (row(), {"top_k": len(SHAPE) + _draw_int(generator, 1, 20)}),
+            (row(), {"temperature": round(_draw_float(generator, 0.55, 0.7), 3), "top_p": 0.7}),
+            (row(), {"temperature": round(_draw_float(generator, 0.6, 0.8), 3), "top_k": 4, "top_p": 0.7}),
+            ([_secret_row(generator), _secret_row(generator)], {"top_p": 0.73}),
+            (row(), {"top_p": 1.0}),
+            (row(), {"top_p": 1e-6})]
+
+
+def sample_rows(rows):
+    """The rows of probabilities of a case: the visible tests name them ("ab": rows a and b), the hidden ones list them."""
+    return [SAMPLE_ROWS[name] for name in rows] if isinstance(rows, str) else rows
+
+
+def sample_logits(rows):
+    """Logits [N_DRAWS, V] of the case's rows (a row per draw: two rows alternate)."""
+    rows = [torch.tensor(row, dtype=torch.float64).log() + 1.5 for row in sample_rows(rows)]
     width = max(len(r) for r in rows)
     rows = [torch.cat([r, torch.full((width - len(r),), float("-inf"), dtype=torch.float64)]) for r in rows]
     return torch.stack(rows).repeat(N_DRAWS // len(rows), 1).float()
@@ -347,6 +721,17 @@ def sample_runs(sample_next, cases):
     return runs
 
 
+def hidden_greedy_rows():
+    """Logits [5, V] drawn from the secret, halves of integers: rows 0, 2 and 4 have their maximum twice."""
+    generator = secret_generator("09 sample_next greedy")
+    width = _draw_int(generator, 3, 7)
+    rows = torch.randint(-5, 6, (5, width), generator=generator).double()
+    for row in rows[::2]:
+        first, second = torch.randperm(width, generator=generator)[:2].tolist()
+        row[first] = row[second] = row.max() + 1
+    return (rows / 2).tolist()
+
+
 def greedy_runs(sample_next, rows):
     logits = torch.tensor(rows)
     return {"out": attempt(sample_next, logits, temperature=0), "input_changed": not torch.equal(logits, torch.tensor(rows))}
@@ -360,7 +745,8 @@ class PrefixLM(nn.Module):
 
     forward(tokens [B, T], cache=None) -> logits [B, T, V], like a GPT: with a cache (a dict) the tokens are
     those after the ones the cache holds, and it keeps them. `calls` records every call: how many tokens, which
-    cache (None, or the number of the dict in the order first seen), what it held, and the tokens fed."""
+    cache (None, or the number of the dict in the order first seen), what it held, the tokens fed, whether
+    gradients were on and the model in training mode."""
 
     def __init__(self, vocab_size, seed, max_len=64):
         super().__init__()
@@ -382,8 +768,9 @@ class PrefixLM(nn.Module):
     def forward(self, tokens, cache=None):
         number = self._cache_number(cache)
         held = cache.get("tokens") if cache is not None else None
-        self.calls.append({"length": int(tokens.size(1)), "cache": number,
-                           "held": 0 if held is None else int(held.size(1)), "tokens": tokens.detach().cpu().clone()})
+        self.calls.append({"length": int(tokens.size(1)), "cache": number, "grad": torch.is_grad_enabled(),
+                           "training": self.training, "held": 0 if held is None else int(held.size(1)),
+                           "tokens": tokens.detach().cpu().clone()})
         prefix = tokens if held is None else torch.cat([held, tokens.cpu()], dim=1)
         if cache is not None:
             cache["tokens"] = prefix
@@ -400,10 +787,33 @@ def second_best(logits):
     return logits.topk(2, dim=-1).indices[:, 1]
 
 
-# (vocab_size, batch, prompt length, max_new_tokens, cache, choose: None or "second_best")
-GENERATE_VISIBLE = [(7, 2, 3, 5, True, None), (7, 2, 3, 5, False, None)]
-GENERATE_HIDDEN = [(11, 3, 1, 6, True, "second_best"), (5, 1, 4, 1, True, None), (9, 2, 2, 8, False, "second_best"),
-                   (13, 4, 6, 4, True, None)]
+class ChoiceLog:
+    """second_best as a `choose` that keeps what it was given (`given`: the logits of each call)."""
+
+    def __init__(self):
+        self.given = []
+
+    def __call__(self, logits):
+        self.given.append(logits.detach().clone() if isinstance(logits, torch.Tensor) else type(logits).__name__)
+        return second_best(logits)
+
+
+# (vocab_size, batch, prompt length, max_new_tokens, cache, choose: None or "second_best", model in training mode)
+GENERATE_VISIBLE = [(7, 2, 3, 5, True, None, False), (7, 2, 3, 5, False, None, False)]
+
+
+def hidden_generate_cases():
+    """(cases, seeds) of generate's hidden tests, drawn from the secret: with and without the cache, the argmax or a
+    logged `choose`, one new token, models in training mode."""
+    generator = secret_generator("09 generate")
+
+    def sizes(batch_high=4):
+        return _draw_int(generator, 5, 13), _draw_int(generator, 1, batch_high), _draw_int(generator, 1, 6)
+    cases = [(*sizes(), _draw_int(generator, 3, 8), True, "second_best", True),
+             (*sizes(1), 1, True, None, False),
+             (*sizes(), _draw_int(generator, 3, 8), False, "second_best", False),
+             (*sizes(), _draw_int(generator, 2, 6), True, None, True)]
+    return cases, _seeds("09 generate", len(cases))
 
 
 def generate_prompt(case, seed):
@@ -411,15 +821,18 @@ def generate_prompt(case, seed):
     return torch.randint(0, vocab_size, (batch, length), generator=_generator(2000 + seed))
 
 
-def generate_runs(generate, cases):
-    """For each case: what generate returned (tokens, logits) and the stand-in's call log."""
+def generate_runs(generate, cases, seeds=None):
+    """For each case: what generate returned (tokens, logits), the stand-in's call log and mode after, and what a
+    logged `choose` was given."""
     runs = []
-    for seed, case in enumerate(cases):
-        vocab_size, _, _, max_new, cache, choose = case
-        model = PrefixLM(vocab_size, seed).eval()
-        kwargs = {} if choose is None else {"choose": second_best}
+    for case, seed in with_seeds(cases, seeds):
+        vocab_size, _, _, max_new, cache, choose, training = case
+        model = PrefixLM(vocab_size, seed).train(training)
+        log = ChoiceLog() if choose else None
+        kwargs = {} if log is None else {"choose": log}
         result = attempt(generate, model, generate_prompt(case, seed), max_new, cache=cache, **kwargs)
         if not isinstance(result, Raised):
             result = attempt(lambda: tuple(result)) if isinstance(result, (tuple, list)) else {"type": type(result).__name__}
-        runs.append({"result": result, "calls": model.calls})
+        runs.append({"result": result, "calls": model.calls, "training_after": model.training,
+                     "given": None if log is None else log.given})
     return runs
