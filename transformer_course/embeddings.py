@@ -28,18 +28,24 @@ def apply_rope(x: torch.Tensor, positions=None, base: float = 10000.0) -> torch.
     """The rotary position embedding (RoPE; Su et al. 2021, RoFormer) of queries or keys ``x [..., T, d]``.
 
     Pair i of the vector at position p, (x[2i], x[2i+1]), is rotated by the angle p * w_i with
-    w_i = base^(-2i/d), the frequencies of the sinusoidal encoding; the pairs are interleaved as in the
-    RoFormer paper. ``positions [T]`` defaults to 0, 1, ..., T-1. A dot product of a rotated query at p and
-    a rotated key at q then depends on p - q, never on p or q alone.
+    w_i = base^(-2i/d), d = x.size(-1): the sinusoidal encoding's formula with the head dimension d_k in place
+    of d_model. The pairs are interleaved as in the RoFormer paper. ``positions [T]`` defaults to 0, 1, ...,
+    T-1. A dot product of a rotated query at p and a rotated key at q then depends on p - q, never on p or q
+    alone.
+
+    The angles are computed in float64 (a position of a few thousand times a frequency near 1 loses digits in
+    float32) on the CPU, since some devices (Apple's MPS) have no float64; only the cosines and sines, cast
+    to x.dtype, go to x's device.
     """
-    d_model = x.size(-1)
-    if d_model % 2:
-        raise ValueError(f"the last dimension must be even (rotations act on pairs), got {d_model}")
+    d = x.size(-1)
+    if d % 2:
+        raise ValueError(f"the last dimension must be even (rotations act on pairs), got {d}")
     if positions is None:
-        positions = torch.arange(x.size(-2), device=x.device)
-    omega = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device=x.device) / d_model)
-    angle = positions.to(torch.float64).unsqueeze(-1) * omega                 # [T, d/2], in float64 for large p
-    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+        positions = torch.arange(x.size(-2))
+    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)                      # [d/2], on the CPU
+    angle = positions.detach().to(device="cpu", dtype=torch.float64).unsqueeze(-1) * omega  # [T, d/2], float64
+    cos = torch.cos(angle).to(device=x.device, dtype=x.dtype)
+    sin = torch.sin(angle).to(device=x.device, dtype=x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 

@@ -10,7 +10,7 @@ and keys instead of a table added to the input; the output layer reuses the toke
     lm_loss               next-token cross-entropy over the positions a mask marks
     sample_next           temperature, top-k and nucleus (top-p) sampling of the next token
     generate              greedy or sampled continuation of a prompt, with or without the cache
-    adamw_param_groups    AdamW's two groups: weight decay for the Linear layers' matrices only
+    adamw_param_groups    AdamW's two groups: weight decay for the Linear layers' matrices only (the course's rule)
     warmup_cosine_lr      linear warm-up, then a cosine decay                                (schedules.py)
 
 `DecoderOnlyTranslator` turns a GPT into a translation model with the interface of the course's `Transformer`
@@ -54,7 +54,7 @@ class CausalSelfAttention(MultiHeadAttention):
     def forward(self, x, cache=None):
         q, k, v = (split_heads(y, self.n_heads) for y in self.project(x, x, x))        # [B, H, T, d_k]
         start = cache["k"].size(2) if cache is not None and "k" in cache else 0
-        positions = torch.arange(start, start + x.size(1), device=x.device)
+        positions = torch.arange(start, start + x.size(1))     # on the CPU: apply_rope computes its angles there
         q, k = apply_rope(q, positions), apply_rope(k, positions)
         if cache is not None:
             if start:
@@ -170,9 +170,12 @@ def adamw_param_groups(model, weight_decay):
     """AdamW's parameter groups: [{"params": the weight matrices of the nn.Linear layers, "weight_decay":
     weight_decay}, {"params": everything else, "weight_decay": 0.0}], each parameter once.
 
-    Decay pulls a weight towards 0. A matrix that mixes features can afford that; a bias, a LayerNorm's gain
-    and shift, and an embedding (a row per token, most rows rarely updated; tied, it is the output matrix too)
-    set a scale or an offset that decay would only drag towards 0, so they are left alone."""
+    This is the course's choice (minGPT's rule), not something AdamW prescribes: AdamW applies whatever decay
+    each group asks for. Decay pulls a weight towards 0. A matrix that mixes features can afford that; a bias
+    and a LayerNorm's gain and shift set a scale or an offset that decay would only drag towards 0. The
+    embedding is left undecayed by convention. The usual reason, that most of its rows are rarely updated,
+    holds for an untied input embedding only: tied, it is also the output matrix, and every row gets a
+    gradient through the softmax at every step. GPT-1 and nanoGPT decay the tied matrix."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     matrices = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)} - embeddings
     params = list(model.parameters())      # each parameter once, even when shared
