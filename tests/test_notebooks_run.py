@@ -21,9 +21,9 @@ from transformer_course.data import default_cache_dir
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
-# 09's quick mode trains a language model and two translators: about 8 minutes on one thread, most of the suite's
-# longest worker. 10's pre-trains a GPT and fine-tunes it eight times: about 20 CPU-minutes (the same runs as
-# `python -m transformer_course.pretrain_finetune ... --mode quick`). Their smoke modes run in tests/test_autograde.py.
+# 09's quick mode trains a language model and three translators (about 13 minutes on one thread), 10's pre-trains
+# a GPT and fine-tunes it seven times: each would be the suite's longest worker. Their smoke modes run in
+# tests/test_autograde.py.
 TOO_LONG = {"09_gpt", "10_pretrain_finetune"}
 NOTEBOOKS = [path for path in sorted(SOLUTIONS.glob("*/*.ipynb"))
              if "COURSE_SMOKE" in path.read_text(encoding="utf-8") and path.stem not in TOO_LONG]
