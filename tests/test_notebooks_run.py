@@ -22,7 +22,7 @@ from transformer_course.data import default_cache_dir
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
 # 09's quick mode trains a language model and three translators (about 13 minutes on one thread), 10's pre-trains
-# a GPT and fine-tunes it seven times: each would be the suite's longest worker. Their smoke modes run in
+# a GPT and fine-tunes it eight times (about 20 CPU-minutes): each would be the suite's longest worker. Their smoke modes run in
 # tests/test_autograde.py.
 TOO_LONG = {"09_gpt", "10_pretrain_finetune"}
 NOTEBOOKS = [path for path in sorted(SOLUTIONS.glob("*/*.ipynb"))
