@@ -111,6 +111,16 @@ def test_attention_rejects_a_mask_that_is_not_bool():
         scaled_dot_product_attention(q, q, q, torch.ones(1, 2, 2))
 
 
+def test_checks_of_other_cells_take_attention_right_or_wrong_as_the_values_cells_name_it():
+    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
+    keep = torch.tensor([[True, False, True, True, False]])
+    for scale in (math.sqrt(4), 1.0, 4.0):   # right, not scaled, divided by d_k: graded in the values cells
+        weights = (q @ k.T / scale).masked_fill(~keep, -math.inf).softmax(-1)
+        attention_oracle.check_attention_like((weights @ v, weights), "attention", q, k, v, keep)
+    with pytest.raises(AssertionError, match="not the attention weights"):
+        attention_oracle.check_attention_like((torch.zeros(3, 2), torch.full((3, 5), 0.2)), "attention", q, k, v, keep)
+
+
 # ----------------------------------------------------------------------------- 03 masks
 
 def test_padding_mask():
@@ -139,6 +149,23 @@ def test_target_mask_is_padding_and_causal():
     assert mask.dtype == torch.bool and mask.shape == (2, 1, 4, 4)
     masking_oracle.check_target_values(target_mask, tokens, 0)
     masking_oracle.check_target_values(target_mask, torch.randint(0, 3, (4, 6)), 1)
+
+
+def test_target_mask_checks_take_the_stand_ins_parts_or_the_true_ones():
+    """target_mask's tests give it random stand-ins for padding_mask and causal_mask; either part may be computed."""
+    from transformer_course.probes.masking import causal_double, padding_double
+    tokens = torch.tensor([[4, 4, 1, 0, 0, 2], [3, 0, 2, 2, 1, 0], [0, 0, 0, 0, 0, 0]])
+    parts = {"paddings": [padding_double(tokens, 0)], "causals": [causal_double(6)]}
+    for answer in (lambda t, p: padding_double(t, p) & causal_double(t.size(1)),
+                   lambda t, p: padding_double(t, p) & causal_mask(t.size(1)), target_mask):
+        masking_oracle.check_target_values(answer, tokens, 0, **parts)
+        masking_oracle.check_target_like(answer(tokens, 0), tokens, 0, "target_mask", **parts)
+    with pytest.raises(AssertionError, match="use &"):
+        masking_oracle.check_target_values(lambda t, p: padding_double(t, p) | causal_double(t.size(1)), tokens, 0, **parts)
+    with pytest.raises(AssertionError, match="never the queries"):
+        masking_oracle.check_target_values(
+            lambda t, p: padding_double(t, p).transpose(-1, -2) & causal_double(t.size(1)), tokens, 0, **parts)
+    assert causal_double(4, device="meta").device.type == "meta"
 
 
 # ----------------------------------------------------------------------------- 04 multi-head attention

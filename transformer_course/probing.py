@@ -267,6 +267,8 @@ def _check_dense(tensor):
     """A tensor whose elements each have storage of their own, all of it within its storage."""
     if type(tensor) is not torch.Tensor:
         raise ProbeDataError(f"a tensor of type {type(tensor).__name__} in the probe data")
+    if tensor.numel() == 0:   # no element, nothing to share: an empty mask or sequence is an answer like any other
+        return
     expected = 1
     for stride, size in sorted((s, n) for s, n in zip(tensor.stride(), tensor.shape) if n != 1):
         if stride != expected:

@@ -66,6 +66,9 @@ WRONG = [
            token_embedding(embedding="nn.Embedding(vocab_size, d_model)"), "pass padding_idx"),
     Answer("TokenEmbedding", "swaps the nn.Embedding sizes",
            token_embedding(embedding="nn.Embedding(d_model, vocab_size, padding_idx=padding_idx)"), "expected [10, 4]"),
+    Answer("TokenEmbedding", "looks the rows up in a detached copy of the table",
+           token_embedding(forward="F.embedding(tokens, self.embedding.weight.detach(), self.embedding.padding_idx) "
+                                   "* math.sqrt(self.d_model)"), "no gradient reached embedding.weight"),
     Answer("TokenEmbedding", "scales by sqrt(vocab_size)",
            token_embedding(forward="self.embedding(tokens) * math.sqrt(self.embedding.num_embeddings)"),
            "embedding.weight[9] * 3.162"),
@@ -86,6 +89,10 @@ WRONG = [
     # PositionalEncoding
     Answer("PositionalEncoding", "stores pe as a trainable parameter",
            module(store='self.pe = nn.Parameter(positional_encoding(max_len, d_model))'), "register it as a buffer"),
+    Answer("PositionalEncoding", "passes the sizes to positional_encoding in the wrong order",
+           module(store='self.register_buffer("pe", positional_encoding(d_model, max_len))'), "dimensions transposed"),
+    Answer("PositionalEncoding", "keeps a table of zeros instead of the encoding",
+           module(store='self.register_buffer("pe", torch.zeros(max_len, d_model))'), "should hold positional_encoding("),
     Answer("PositionalEncoding", "never applies dropout", module(forward="x + self.pe[:x.size(1)]"), "dropout is never applied"),
     Answer("PositionalEncoding", "applies dropout to x before adding the encoding",
            module(forward="self.dropout(x) + self.pe[:x.size(1)]"), "before the encoding is added"),

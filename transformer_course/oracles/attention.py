@@ -4,10 +4,6 @@ The expected values come from PyTorch's own attention, F.scaled_dot_product_atte
 ours, are True where a query may attend), and a float64 formula written out here, which also computes what
 the known mistakes compute so that a message can name the mistake. Neither is the course's solution
 (transformer_course.attention). Every check takes the student's function as ``answer``.
-
-The formula and the functions that hand back an attention computed for the student (PyTorch's, or the
-student's own simpler case completed) are helpers of scaled_dot_product_attention in own_work's table: during
-its tests an answer that calls them is refused.
 """
 import math
 
@@ -145,18 +141,22 @@ def _close(actual, expected, atol):
 
 def _own_slices(answer, what, q, k, v):
     """The student's own attention computed one matrix at a time (graded in the values cells): a call
-    with leading dimensions must give the same."""
+    with leading dimensions must give the same. Its weights must be attention's, right or wrong in a way the
+    values cells name (_attention_like)."""
     pairs = [call(answer, what + " on one [T, d] slice", a, b, c) for a, b, c in
              zip(q.reshape(-1, *q.shape[-2:]), k.reshape(-1, *k.shape[-2:]), v.reshape(-1, *v.shape[-2:]))]
     lead = q.shape[:-2]
-    return (torch.stack([o for o, _ in pairs]).reshape(*lead, q.shape[-2], v.shape[-1]),
-            torch.stack([w for _, w in pairs]).reshape(*lead, q.shape[-2], k.shape[-2]))
+    weights = torch.stack([w for _, w in pairs]).reshape(*lead, q.shape[-2], k.shape[-2])
+    _attention_like(weights, what + " computed one [T, d] slice at a time", q, k, v)
+    return torch.stack([o for o, _ in pairs]).reshape(*lead, q.shape[-2], v.shape[-1]), weights
 
 
 def _own_masked(answer, what, q, k, v, keep):
     """Masking applied, in float64, to the student's own attention without a mask (graded in its own
-    cells): masked keys get 0, the others keep their proportions, a row with no key gets zeros."""
+    cells, and there right or wrong in a way they name): masked keys get 0, the others keep their proportions, a row
+    with no key gets zeros."""
     _, w = call(answer, what + " without the mask", q, k, v)
+    _attention_like(w, what + " without the mask", q, k, v)   # right, or wrong in a way the values cells name
     w = w.detach().double() * keep
     total = w.sum(-1, keepdim=True)
     w = torch.where(total > 0, w / total.clamp_min(1e-300), 0.0)
@@ -219,7 +219,8 @@ def result_pair(value, what):
 def check_dropout(found, what, q, k, v, keep, p, seed):
     """Train mode with nn.Dropout(p), from what probes.dropout_calls recorded. Dropout must get the weights (as
     the same call without dropout returns them), the output must be what it returned times value, the weights
-    must come back from before it; and with the same random numbers PyTorch's attention must give the same output."""
+    must come back from before it; and with the same random numbers PyTorch's attention must give the same output
+    (weights wrong in a way the other cells name pass here: they cost points there)."""
     output, weights = result_pair(found["result"], what)
     seen = found["seen"]
     assert seen, (f"{what}: the dropout callable was never called; apply dropout(weights) before multiplying "
@@ -239,17 +240,36 @@ def check_dropout(found, what, q, k, v, keep, p, seed):
         "the output ignores dropout: multiply what dropout returned by value":
             lambda: received.double() @ v.double()})
     # The oracle: PyTorch's attention with the same dropout probability and the same random numbers
-    # (when the weights are right; wrong weights are graded in the other cells).
-    if _close(received, _fused_weights(q, k, keep), 1e-5):
-        if found["contiguous"]:
-            with testing.same_random_numbers(seed), sdpa_kernel(SDPBackend.MATH):
-                expected = _fused(q, k, v, keep, dropout_p=p)
-        else:  # the same draws for a tensor laid out like the student's
-            with testing.same_random_numbers(seed):
-                expected = F.dropout(torch.empty_like(received).copy_(_fused_weights(q, k, keep)), p, True) @ v
-        testing.assert_close(output, expected, f"the output of {what}, compared with PyTorch's attention with the "
-                             "same random numbers (does the function draw random numbers of its own?)")
+    # (when the weights are right; weights wrong in a way the other cells name are graded there).
+    if not _close(received, _fused_weights(q, k, keep), 1e-5):
+        _attention_like(received, what, q, k, v, keep)
+        return
+    if found["contiguous"]:
+        with testing.same_random_numbers(seed), sdpa_kernel(SDPBackend.MATH):
+            expected = _fused(q, k, v, keep, dropout_p=p)
+    else:  # the same draws for a tensor laid out like the student's
+        with testing.same_random_numbers(seed):
+            expected = F.dropout(torch.empty_like(received).copy_(_fused_weights(q, k, keep)), p, True) @ v
+    testing.assert_close(output, expected, f"the output of {what}, compared with PyTorch's attention with the "
+                         "same random numbers (does the function draw random numbers of its own?)")
 
 
-ANSWER_HELPERS = {"scaled_dot_product_attention": (_formula, _fused, _fused_weights, _weight_mistakes,
-                                                   _output_mistakes, _own_slices, _own_masked)}
+def _attention_like(weights, what, q, k, v, keep=None):
+    """The weights are attention's, or wrong in one of the ways the values, batch and mask cells name (so that such a
+    mistake costs points there only): AssertionError otherwise."""
+    known = [_fused_weights(q, k, keep)] + list(_weight_mistakes(q, k, v, keep).values())
+    testing.check_tensor(weights, f"the weights of {what}", shape=list(known[0].shape))
+    if not any(_close(weights, w() if callable(w) else w, 1e-5) for w in known):
+        raise AssertionError(f"the weights of {what} are not the attention weights softmax(query keyᵀ / sqrt(d_k)) "
+                             "over the keys (with the masked keys at 0)")
+
+
+def check_attention_like(pair, what, q, k, v, keep=None):
+    """For a cell that grades something else (the errors cell's valid call): ``pair`` (what result_pair read) is
+    attention, right or wrong in a way the other cells name: its weights (see _attention_like), and its output the
+    weights times value (or times key, a mistake the values cell names)."""
+    output, weights = pair
+    _attention_like(weights, what, q, k, v, keep)
+    products = [weights.double() @ t.double() for t in (v, k)]
+    assert any(list(output.shape) == list(p.shape) and _close(output, p, 1e-5) for p in products), \
+        f"the output of {what} should be the weights times value (weights @ value)"

@@ -1,8 +1,29 @@
 """Notebook 02: the calls the hidden tests' probes make, shared by the kernel (which makes them) and the judges.
 
 Nothing here knows an expected value: it only lists which arguments the student's function is called with,
-so that the oracles' checks, replayed in the grader (probing.replayed), find every result they ask for.
+so that the oracles' checks, replayed in the grader (probing.replayed), find every result they ask for, and draws
+the sizes of the hidden tests' inputs from their secret generator.
 """
+
+
+def draw(generator, low, high):
+    """An int from low..high (both included), drawn with ``generator``."""
+    import torch
+
+    return int(torch.randint(low, high + 1, (), generator=generator))
+
+
+def telling_sizes(generator, low=2, high=12):
+    """(Tq, Tk, d_k, d_v): four different sizes from low..high such that the scales of the known mistakes (none,
+    d_k, sqrt(d_v), sqrt(Tq), sqrt(Tk), 1 / sqrt(d_k)) all differ from sqrt(d_k) and from each other: each
+    mistake shows, and the message names the right one."""
+    import math
+
+    while True:
+        n_q, n_k, d_k, d_v = (draw(generator, low, high) for _ in range(4))
+        scales = {math.sqrt(d_k), 1.0, float(d_k), math.sqrt(d_v), math.sqrt(n_q), math.sqrt(n_k), 1 / math.sqrt(d_k)}
+        if len({n_q, n_k, d_k, d_v}) == 4 and len(scales) == 7:
+            return n_q, n_k, d_k, d_v
 
 
 def attention_calls(q, k, v, keep=None):

@@ -3,12 +3,24 @@
 A TokenEmbedding or a PositionalEncoding is an object of the student's class: the probes send plain facts about
 it (which attributes it has, their shapes, its buffers and parameters) and its outputs and gradients on the
 test's inputs. Nothing here knows an expected value: the judges rebuild the inputs and the weights from the same
-seeds and compute what is expected.
+seeds and compute what is expected. ``table_double`` stands in for positional_encoding in PositionalEncoding's
+tests: it is not the encoding, and the judges call it too.
 """
 import torch
 from torch import nn
 
 from ..probing import attempt
+
+
+def table_double(max_len, d_model):
+    """A stand-in for positional_encoding in the tests of PositionalEncoding: a float32 table [max_len, d_model] of
+    pseudo-random numbers in [-1, 1), drawn from the hidden tests' secret, the same for the same sizes. A module
+    graded with it shows whether it keeps and adds the table it was given; a mistake in positional_encoding costs
+    points in positional_encoding's tests only."""
+    from ..probing import secret_generator
+
+    generator = secret_generator(f"positional_encoding stand-in {max_len} {d_model}")
+    return 2 * torch.rand(max_len, d_model, generator=generator) - 1
 
 
 def embedding_structure(embed):
