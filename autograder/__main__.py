@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from .release import ReleaseError, release_course
-from .sandbox import Limits
+from .sandbox import CELL_TIMEOUT, Limits
 from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
 
 
@@ -32,7 +32,9 @@ def _grade_arguments(grade):
                             "environment and bubblewrap); repair, sanitize and record stay here")
     grade.add_argument("--resume", action="store_true",
                        help="keep the submissions an earlier, interrupted run recorded, unless they changed since")
-    grade.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout, help="seconds per cell (default: %(default)s)")
+    grade.add_argument("--cell-timeout", type=float,
+                       help="seconds per cell (default: c.Execute.timeout of the course's nbgrader_config.py, the limit "
+                            "plain nbgrader uses too)")
     grade.add_argument("--notebook-timeout", type=float, default=Limits.total_timeout,
                        help="seconds per notebook, all cells together (default: %(default)s)")
     grade.add_argument("--memory", type=int, default=Limits.memory_mb, help="MB of memory per submission (default: %(default)s)")
@@ -74,11 +76,14 @@ def build_parser():
     check = commands.add_parser("check", help="run a notebook as the grader would and report what will cost points",
                                 description="A student's check before handing in: the notebook runs in a fresh "
                                             "kernel with the grader's limits; per exercise, the visible tests "
-                                            "passed and the points at stake. Exit status 1 when something will "
+                                            "passed and the points their failures cost (the hidden tests can "
+                                            "cost more). Exit status 1 when something will "
                                             "cost points.")
     check.add_argument("notebook", type=Path)
     check.add_argument("--release", type=Path, help="the release notebook to compare with (default: the course's)")
-    check.add_argument("--cell-timeout", type=float, help="seconds per cell (default: the grader's)")
+    check.add_argument("--cell-timeout", type=float,
+                       help=f"seconds per cell (default: the grader's, c.Execute.timeout of the course's "
+                            f"configuration: {CELL_TIMEOUT:g})")
     check.add_argument("--verbose", action="store_true", help="list every repair of the notebook's grading metadata")
 
     similarity = commands.add_parser(
@@ -154,16 +159,19 @@ def _run(args):
 
 def _grade(args):
     """`grade`: prints "N graded, M failed" last; exit status 1 when a submission could not be graded."""
-    from .grade import failed_students, grade_assignment
+    from .grade import course_cell_timeout, failed_students, grade_assignment
 
-    limits = Limits(cell_timeout=args.cell_timeout, total_timeout=args.notebook_timeout, memory_mb=args.memory,
+    # a course without a limit per cell (c.Execute.timeout None or -1) still has one per notebook
+    cell_timeout = args.cell_timeout or course_cell_timeout(args.course) or args.notebook_timeout
+    limits = Limits(cell_timeout=cell_timeout, total_timeout=args.notebook_timeout, memory_mb=args.memory,
                     processes=args.processes, output_bytes=args.output)
     env = {"COURSE_SMOKE": "0"} if args.full_training else {}
     reports = grade_assignment(args.course, args.assignment, workers=args.workers, limits=limits,
                                students=args.students, sandbox=not args.unsafe_no_sandbox, env=env,
                                scheduler=args.scheduler, resume=args.resume)
     failed = failed_students(reports)
-    why = f": {', '.join(failed)} (why: the error column of grades-{args.assignment}.csv)" if failed else ""
+    why = (f": {', '.join(failed)} (why: the error column of grades-{args.assignment}.csv; the whole story: "
+           f".autograder/{args.assignment}/logs/STUDENT.txt)") if failed else ""
     print(f"{len(reports) - len(failed)} graded, {len(failed)} failed{why}")
     return 1 if failed else 0
 

@@ -3,12 +3,14 @@
 It runs the notebook as the grader does: matched back to its release (repair.py: Colab drops the cells'
 grading metadata), read-only cells put back as the release has them, then every cell in a fresh kernel with
 the grader's limits and the training demos in smoke mode (execute.py; sandboxed where bubblewrap is
-installed). It prints, per exercise, the visible tests passed and the points at stake, the answers the
-grader will refuse (the course's finished versions, and someone else's code: library_answers.py), the written
-questions still unanswered, and the cells that ran too long, each named as the student sees it (the exercise,
-the question, or the cell's first line). A repair of the grading metadata (Colab's) is one line; ``--verbose``
-lists each. The exit status is non-zero when something will cost points. The hidden tests are not in a
-student's notebook: passing the visible tests is necessary, not sufficient.
+installed). It prints, per exercise, the visible tests passed and the points their failures cost, of the
+exercise's (the hidden tests can cost more), the answers the grader will refuse (the course's finished versions,
+and someone else's code: library_answers.py), the written questions still unanswered, and the cells that ran too
+long, each named as the student sees it (the exercise, the question, or the cell's first line). A repair of the
+grading metadata (Colab's) is one line, and so is a copy made from an earlier release; ``--verbose`` lists each
+repair. The cell time limit is the grader's (c.Execute.timeout of the course's nbgrader_config.py). The exit
+status is non-zero when something will cost points. The hidden tests are not in a student's notebook: passing
+the visible tests is necessary, not sufficient.
 
 From a notebook, its last cell calls ``transformer_course.handin.check_this_notebook()``, which runs this
 command on the notebook (see handin.py for how it finds the notebook's file).
@@ -24,7 +26,7 @@ import nbformat
 from .cells import exercise_of, grade_id, is_answer, is_grade, is_locked, is_solution, is_test
 from .execute import execute_notebook
 from .library_answers import flagged_answers
-from .repair import SCORES_NOTHING, RepairError, repair_notebook
+from .repair import RELEASE_CHANGED, SCORES_NOTHING, RepairError, of_an_earlier_release, repair_notebook
 from .sandbox import REPOSITORY, Limits, sandbox_available
 
 REFUSED = "FinishedAnswerUsed"   # the error the course's finished answers raise in their own tests
@@ -39,9 +41,16 @@ class ExerciseResult:
     points: float = 0.0          # the points of its test cells
     cells: int = 0               # its test cells
     passed: int = 0              # the test cells whose visible tests passed
+    failing: float = 0.0         # the points of its test cells whose visible tests failed
     failures: list = field(default_factory=list)   # "test_id: the first line of the error"
     refused: bool = False        # the answer is the course's finished version
     not_own: str = ""            # why the grader will score it 0 as someone else's code (library_answers.py)
+
+    @property
+    def lost(self):
+        """The points the grader will take at least: those of the failing visible tests, all of them for an answer
+        it refuses. The hidden tests can take more."""
+        return self.points if self.refused or self.not_own else self.failing
 
 
 @dataclass
@@ -98,10 +107,16 @@ def as_the_grader_gets_it(notebook, release):
         return notebook, [f"{NO_RELEASE}: give it with --release"]
     repaired, repairs = repair_notebook(notebook, release)
     originals = {grade_id(c): c.source for c in release.cells if is_locked(c) and grade_id(c)}
+    released = {grade_id(c): c.metadata["nbgrader"] for c in release.cells if grade_id(c)}
+    # the read-only cells of a copy made from an earlier release: the release changed them, not the student
+    earlier = {grade_id(c) for c in notebook.cells if grade_id(c) in released
+               and of_an_earlier_release(c.metadata["nbgrader"], released[grade_id(c)])}
     for index, cell in enumerate(repaired.cells):
         if grade_id(cell) in originals and cell.source != originals[grade_id(cell)]:
             cell.source = originals[grade_id(cell)]
-            repairs.append(f"you changed {cell_label(repaired, index)}, which is read-only: {READ_ONLY_CHANGED}")
+            repairs.append(f"{cell_label(repaired, index)} changed in the current release, and {RELEASE_CHANGED}: "
+                           f"{READ_ONLY_CHANGED}" if grade_id(cell) in earlier else
+                           f"you changed {cell_label(repaired, index)}, which is read-only: {READ_ONLY_CHANGED}")
     return repaired, repairs
 
 
@@ -157,12 +172,30 @@ def exercise_results(executed):
         owner.points += points
         owner.cells += 1
         if errors:
+            owner.failing += points
             first_line = (str(errors[0].evalue).splitlines() or [""])[0]   # NotImplementedError() has none
             owner.failures.append(f"{grade_id(cell)}: {errors[0].ename}: {first_line}".rstrip(": "))
             owner.refused = owner.refused or any(e.ename == REFUSED for e in errors)
         else:
             owner.passed += 1
     return list(results.values())
+
+
+def assignment_of(release):
+    """The course's assignment whose exercises the release's answer cells are ("" for none of them)."""
+    from .stripped import registry
+
+    answers = {grade_id(c) for c in release.cells if is_answer(c)} if release is not None else set()
+    return next((name for name, exercises in registry().notebooks.items() if answers and answers <= set(exercises)), "")
+
+
+def _graded_package(notebook, release):
+    """The course package as the grader's kernel of this assignment sees it (stripped.py: without the finished
+    answers of this notebook and the later ones)."""
+    from .judging import all_judged
+    from .stripped import stripped_package
+
+    return stripped_package(assignment_of(release), keep_oracles=not all_judged(notebook))
 
 
 def check_notebook(notebook, release, limits=None, sandbox=None):
@@ -174,7 +207,7 @@ def check_notebook(notebook, release, limits=None, sandbox=None):
     sandbox = sandbox_available() if sandbox is None else sandbox
     with tempfile.TemporaryDirectory(prefix="course-check-") as workdir:
         executed, problems = execute_notebook(prepared, workdir, limits or Limits(), env={"COURSE_SMOKE": "1"},
-                                              sandbox=sandbox)
+                                              sandbox=sandbox, package=_graded_package(prepared, release))
     over = [(p.index, f"{cell_label(executed, p.index)}: {p.message}") for p in problems if p.kind in LIMITS]
     graded = {i for i, cell in enumerate(executed.cells) if is_answer(cell) or is_test(cell)}
     results, not_own = exercise_results(executed), flagged_answers(prepared, release)
@@ -191,12 +224,13 @@ def render(report, verbose=False):
     """The report as text for a terminal or a notebook cell. ``verbose``: every repair, not one line for them."""
     if report.problem:
         return f"This notebook cannot be graded: {report.problem}"
-    lines = [f"{'exercise':<30} {'test cells passed':<18} {'points at stake':<16} verdict"]
+    lines = [f"{'exercise':<30} {'test cells passed':<18} {'points lost':<16} verdict"]
     for result in report.exercises:
         verdict = "REFUSED: it is the course's finished version" if result.refused else (
             "REFUSED: not your own work, 0 points" if result.not_own else
             "ok" if not result.failures else "will lose points")
-        lines.append(f"{result.name:<30} {f'{result.passed} of {result.cells}':<18} {result.points:<16g} {verdict}")
+        lost = f"{result.lost:g} of {result.points:g}"
+        lines.append(f"{result.name:<30} {f'{result.passed} of {result.cells}':<18} {lost:<16} {verdict}")
         lines += [f"    {result.name}: {result.not_own}"] if result.not_own else []
         lines += [f"    {failure}" for failure in result.failures]
     shown = report.repairs if verbose else report.notable_repairs
@@ -207,9 +241,16 @@ def render(report, verbose=False):
                          ("The grader will repair:", shown)):
         if items:
             lines += ["", title] + [f"  - {item}" for item in items]
-    if len(report.repairs) > len(shown):
+    rest = [r for r in report.repairs if r not in shown]
+    if any(RELEASE_CHANGED in r for r in rest):
+        lines += ["", "Your copy was made from an earlier release of this assignment, which has changed since: the "
+                      "grader takes the changed cells from the current release (details: --verbose)."]
+    if any(RELEASE_CHANGED not in r for r in rest):
         lines += ["", "This notebook lost some of its grading metadata (Colab and some editors drop it): the grader "
                       "puts it back from the release, and nothing of your work is lost (details: --verbose)."]
+    if report.exercises:
+        lines += ["", "Points lost: what the failing visible tests cost, of the exercise's points (the hidden tests "
+                      "can cost more)."]
     lines += ["", "Everything the visible tests check passes; hidden tests decide the grade." if report.ok else
               "Something above will cost points."]
     return "\n".join(lines)

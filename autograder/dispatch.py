@@ -142,7 +142,7 @@ def execute_submission(notebooks, files, releases, limits, env, sandbox):
             notebook = nbformat.reads(source.decode("utf-8"), as_version=4)
             # The course's notebooks are assignments of their own name: each sees the package without its answers,
             # and without the oracles once every test cell of it is judged in the grader (judging.py).
-            package = stripped_package(name, keep_oracles=not all_judged(notebook)) if sandbox else None
+            package = stripped_package(name, keep_oracles=not all_judged(notebook))
             executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox, package=package,
                                                   preload=KERNEL_FIRST_USE_IMPORTS.get(name, ()))
             refuse_flagged(executed, nbformat.reads(releases[name].decode("utf-8"), as_version=4))

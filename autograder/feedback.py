@@ -4,7 +4,9 @@
 nbgrader's own feedback is the autograded notebook, hidden tests and their tracebacks included. This page
 shows only what a student may see: the score of every graded cell, for a failed test its error message
 (the course's messages say what is wrong in words), never a traceback or any hidden test's code, and for a
-written answer the grader's score and comment, or that it awaits manual grading.
+written answer the grader's score and comment, or that it awaits manual grading. A notebook that could not be graded
+gets a page too, which says why and gives no score (it has none yet: not a zero). Repairs are told apart: the
+metadata Colab dropped, and the cells of a copy made from an earlier release of the assignment (repair.py).
 
 Student code can put whatever it likes into an exception message, the hidden tests' source included (it
 can read its caller's code with ``inspect``). So any line of a message that quotes hidden-test code is
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import nbformat
 
 from .grade import GradingError, cell_grades, check_assignment, check_course, read_report
+from .repair import RELEASE_CHANGED
 from .nbgrader_course import open_gradebook
 
 HIDDEN_NOTE = "[a line quoting the hidden tests' code was removed]"
@@ -260,9 +263,15 @@ def _report_notes(report, hidden):
     if report is not None and report.error:
         # nbgrader's error comes from the sanitized notebook, which holds the hidden tests
         parts.append(f"<p class='bad'>This notebook could not be graded: {esc(scrub(report.error, hidden))}</p>")
-    if report is not None and report.repairs:
+    changed = [a for a in report.repairs if RELEASE_CHANGED in a] if report is not None else []
+    if changed:
+        parts.append("<p>The assignment was released again after your copy of it was made (your instructor changed "
+                     "some of its cells): the grader used the current release's version of these cells:</p><ul>"
+                     + "".join(f"<li>{esc(a)}</li>" for a in changed) + "</ul>")
+    damaged = [a for a in report.repairs if RELEASE_CHANGED not in a] if report is not None else []
+    if damaged:
         parts.append("<p>The notebook's grading metadata was damaged (Colab and some editors drop it) and was "
-                     "repaired:</p><ul>" + "".join(f"<li>{esc(a)}</li>" for a in report.repairs) + "</ul>")
+                     "repaired:</p><ul>" + "".join(f"<li>{esc(a)}</li>" for a in damaged) + "</ul>")
     if report is not None and report.problems:
         # the grader's own words, but naming what the student's code replaced: cut as an assertion's
         parts.append("<p>Cells that broke while grading:</p><ul>" + "".join(
@@ -277,14 +286,17 @@ def render(student, assignment, notebook, rows, hidden, report):
     possible = sum(grade.max_score or 0 for grade, _ in rows)
     pending = sum(grade.max_score for grade, _ in rows if grade.score is None)
     waiting = f", with {pending:g} points of written answers still to be graded by hand" if pending else ""
+    score = f"<b>{total:g} / {possible:g}</b>{waiting}"
+    if report is not None and report.error:     # no grade yet, which is not a zero
+        score = "<b>none</b>: this notebook could not be graded (why: below), so it has no grade yet"
     return "\n".join([
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(notebook)}: feedback</title>",
         f"<style>{STYLE}</style></head><body>", f"<h1>{esc(assignment)} / {esc(notebook)}</h1>",
-        f"<p>Student: <b>{esc(student)}</b>. Score: <b>{total:g} / {possible:g}</b>{waiting}</p>",
+        f"<p>Student: <b>{esc(student)}</b>. Score: {score}</p>",
         *_report_notes(report, hidden),
-        "<table><tr><th>cell</th><th>score</th><th>what went wrong</th></tr>",
-        *(_row(grade, cell, hidden) for grade, cell in rows),
-        "</table></body></html>"])
+        *(["<table><tr><th>cell</th><th>score</th><th>what went wrong</th></tr>",
+           *(_row(grade, cell, hidden) for grade, cell in rows), "</table>"] if rows else []),
+        "</body></html>"])
 
 
 def _page(course, assignment, notebook, student, gradebook, hidden, report):
@@ -302,28 +314,30 @@ def _page(course, assignment, notebook, student, gradebook, hidden, report):
 def generate_feedback(course, assignment, students=None, log=print):
     """Write the feedback pages of `assignment`; returns their paths. GradingError, before anything is written,
     for a folder that is not a course directory, an assignment its gradebook does not know or nobody was
-    graded in, and students with nothing graded."""
+    graded in, and students with nothing graded. A notebook that could not be graded gets a page that says why."""
     course = check_course(course)
     check_assignment(course, assignment, graded=True)
-    graded = sorted(p.parent.name for p in (course / "autograded").glob(f"*/{assignment}"))
+    reports = read_report(course, assignment)
+    failed = {s for s, by_notebook in reports.items() if any(r.error for r in by_notebook.values())}
+    graded = sorted({p.parent.name for p in (course / "autograded").glob(f"*/{assignment}")} | failed)
     unknown = sorted(set(students or ()) - set(graded))
     if unknown:
         raise GradingError(f"nothing of {', '.join(unknown)} is graded in {assignment} (graded: {len(graded)} students)")
-    reports = read_report(course, assignment)
     sources = {p.stem: nbformat.read(p, as_version=4) for p in (course / "source" / assignment).glob("*.ipynb")}
     hidden = {name: hidden_text(nb) for name, nb in sources.items()}
-    written = []
+    written, not_graded = [], []      # not_graded: (student, page) of the notebooks that could not be graded
     with open_gradebook(course) as gradebook:
-        for folder in sorted((course / "autograded").glob(f"*/{assignment}")):
-            student = folder.parent.name
-            if students and student not in students:
-                continue
+        for student in (s for s in graded if not students or s in students):
             for notebook in sorted(sources):
-                page = _page(course, assignment, notebook, student, gradebook, hidden[notebook],
-                             reports.get(student, {}).get(notebook))
+                report = reports.get(student, {}).get(notebook)
+                page = _page(course, assignment, notebook, student, gradebook, hidden[notebook], report)
                 target = course / "feedback" / student / assignment / f"{notebook}.html"
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(page, encoding="utf-8")
                 written.append(target)
-    log(f"wrote {len(written)} feedback pages under {course / 'feedback'}")
+                if report is not None and report.error:
+                    not_graded.append(student)
+    failures = (f"; {len(not_graded)} of them {'says' if len(not_graded) == 1 else 'say'} why the notebook could not "
+                f"be graded, so that it has no grade ({', '.join(sorted(set(not_graded)))})" if not_graded else "")
+    log(f"wrote {len(written)} feedback page{'' if len(written) == 1 else 's'} under {course / 'feedback'}{failures}")
     return written

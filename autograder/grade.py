@@ -31,8 +31,13 @@ result is back, while the workers run the others. A recorded submission is marke
 Finally ``grades-ASSIGNMENT.csv`` (one row per student and notebook), ``grades-ASSIGNMENT-cells.csv`` (one
 row per student and graded cell) and ``.autograder/ASSIGNMENT/report.json`` (repairs, broken cells, errors:
 what the feedback shows). Grading some students (``--student``) keeps the others' rows and reports.
-A submission with no notebook that can be graded (not JSON, another assignment's) is an error in its rows and
-leaves no grade in the gradebook; nbgrader's own log of a failure goes to ``.autograder/ASSIGNMENT/logs/``.
+A submission with no notebook that can be graded (not JSON, another assignment's), or that could not be executed or
+recorded, is an error in its rows (an empty score, never a 0) and leaves no grade in the gradebook; every failure's
+whole story (nbgrader's log, a traceback) goes to ``.autograder/ASSIGNMENT/logs/STUDENT.txt``.
+
+A regrade keeps manual grading honest: nbgrader flags every answer graded by hand for review again. An answer whose
+text did not change keeps its grade and comment; one that changed waits for a person everywhere (the CSVs, `report`,
+the feedback page, the formgrader), its earlier grade set aside in ``.autograder/ASSIGNMENT/earlier-manual-grades.json``.
 ``report_assignment`` (``python -m autograder report``) writes the CSVs again from the gradebook as it is.
 """
 import csv
@@ -41,6 +46,7 @@ import json
 import os
 import shutil
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -52,7 +58,7 @@ from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submissi
 from .nbgrader_course import (autograde, faster_nbgrader, nbgrader_api, nbgrader_config, nbgrader_output,
                               nbgrader_reason, open_gradebook)
 from .repair import RepairError, repair_file
-from .sandbox import Limits, sandbox_available
+from .sandbox import CELL_TIMEOUT, Limits, sandbox_available
 
 STAGING = ".autograder"
 
@@ -83,6 +89,22 @@ def gradebook_path(course):
     return Path(url.database) if url.drivername.startswith("sqlite") and url.database else None
 
 
+def course_assignments(course):
+    """The assignments of the course's source/ folder, each a folder holding the instructor's notebooks."""
+    source = Path(course) / "source"
+    return sorted(p.name for p in source.iterdir() if p.is_dir()) if source.is_dir() else []
+
+
+def _release_advice(course, assignment):
+    """How to record `assignment` in the gradebook, when source/ holds it: nbgrader skips an assignment whose
+    release/ folder exists, recording nothing, unless it is given --force."""
+    if assignment not in course_assignments(course):
+        return f"source/ has no assignment {assignment!r} (it has: {', '.join(course_assignments(course)) or 'none'})"
+    return (f"release it with `nbgrader generate_assignment {assignment} --force`, which records its tests from "
+            f"source/{assignment} in the gradebook and writes release/{assignment} (without --force nbgrader skips an "
+            f"assignment whose release/ folder exists, and records nothing)")
+
+
 def check_assignment(course, assignment, graded=False):
     """Refuse, before anything is written, an assignment the course's gradebook does not know (and, for
     `graded`, one nobody was graded in yet). Opening a gradebook that does not exist would create it."""
@@ -90,16 +112,26 @@ def check_assignment(course, assignment, graded=False):
 
     database = gradebook_path(course)
     if database is not None and not database.exists():
-        raise GradingError(f"there is no gradebook ({database}): release the assignment with `nbgrader "
-                           f"generate_assignment {assignment}` first, which records its tests there")
+        raise GradingError(f"there is no gradebook ({database}): {_release_advice(course, assignment)}")
     with open_gradebook(course) as gradebook:
         try:
             gradebook.find_assignment(assignment)
         except MissingEntry:
             known = ", ".join(a.name for a in gradebook.assignments) or "none"
-            raise GradingError(f"the gradebook has no assignment {assignment!r} (it has: {known})") from None
-    if graded and not any((course / "autograded").glob(f"*/{assignment}")):
+            advice = f"; {_release_advice(course, assignment)}" if assignment in course_assignments(course) else ""
+            raise GradingError(f"the gradebook has no assignment {assignment!r} (it has: {known}){advice}") from None
+    if graded and not (any((course / "autograded").glob(f"*/{assignment}")) or read_report(course, assignment)):
         raise GradingError(f"nobody's {assignment} is graded yet: run `python -m autograder grade {assignment}` first")
+
+
+def course_cell_timeout(course):
+    """The seconds a cell may run: the course's c.Execute.timeout (its nbgrader_config.py), which plain nbgrader
+    uses too, else the course package's (sandbox.CELL_TIMEOUT); None where the course sets no limit (0, -1, None)."""
+    config = nbgrader_config(Path(course).resolve())
+    if "timeout" not in config.Execute:
+        return CELL_TIMEOUT
+    timeout = config.Execute.timeout
+    return float(timeout) if isinstance(timeout, (int, float)) and timeout > 0 else None
 
 
 def _replay_preprocessor():
@@ -194,6 +226,7 @@ class _Batch:
         self.releases = {notebook: (release / f"{notebook}.ipynb").read_bytes() for notebook in notebooks}
         self.reports = {s: {nb: NotebookReport(nb) for nb in notebooks} for s in students}
         self.fingerprints = {}    # student -> digest of the submission as it was read: what a done mark is of
+        self.details = {}         # student -> what a failure's log adds to its one line (nbgrader's log, a traceback)
         self.sanitize, self.record_step = nbgrader_steps(course, self.stage)
 
     def prepare(self, student):
@@ -203,7 +236,7 @@ class _Batch:
         try:
             return self._prepare(student, repaired)
         except Exception as error:  # one submission the grader cannot handle must not stop the batch
-            self._fail(student, f"the grader could not prepare the submission: {_one_line(error)}")
+            self._fail(student, f"the grader could not prepare the submission: {_one_line(error)}", error)
             shutil.rmtree(repaired, ignore_errors=True)   # nothing of it is graded (record forgets it)
             return None
 
@@ -213,7 +246,7 @@ class _Batch:
         # Before repairing it: a submission replaced while it is graded is regraded by a resumed run.
         self.fingerprints[student] = _fingerprint(files, skipped)
         _repair_student(submitted, (files, skipped), self.release, repaired, self.reports[student])
-        if not any((repaired / f"{notebook}.ipynb").exists() for notebook in self.reports[student]):
+        if not self._repaired(student):
             return None     # no notebook to grade: each notebook's report says why
         error = self.sanitize(self.assignment, student)
         if error:
@@ -227,7 +260,7 @@ class _Batch:
             results = future.result()
         except Exception as error:  # the grader's own failure for one student must not stop the batch
             self.log(f"  {student}: execution failed: {error!r}")
-            self._fail(student, f"the grader could not execute the submission: {error!r}")
+            self._fail(student, f"the grader could not execute the submission: {error!r}", error)
             return False
         folder = self.stage["executed"] / student / self.assignment
         folder.mkdir(parents=True, exist_ok=True)
@@ -239,42 +272,76 @@ class _Batch:
 
     def record(self, student, executed):
         """Score one student's notebooks into the gradebook; an executed one that recorded is marked done. A
-        submission with no notebook to score leaves no grade behind (an earlier submission's included)."""
-        if not any((self.stage["repaired"] / student / self.assignment / f"{nb}.ipynb").exists()
-                   for nb in self.reports[student]):
-            return self._forget(student)
-        error = self.record_step(self.assignment, student)
-        if error:
-            return self._nbgrader_failed(student, "nbgrader could not record the grades", error)
-        if executed:
+        submission that was not executed, or that nbgrader could not record, leaves no grade behind (an earlier
+        submission's included): never zeros for cells that did not run. Every failure gets its log."""
+        try:
+            if not executed or not self._repaired(student):
+                return self._forget(student)
+            before = {nb: answer_texts(self._autograded(student, nb)) for nb in self.reports[student]}
+            error = self.record_step(self.assignment, student)
+            if error:
+                self._nbgrader_failed(student, "nbgrader could not record the grades", error)
+                return self._forget(student)
+            for line in settle_manual_grades(self.course, self.assignment, student, before, self._autograded):
+                self.log(f"  {student}: {line}")
             _mark_done(self.staging, student, self.fingerprints[student], self.reports[student])
-        seconds = sum(r.seconds for r in self.reports[student].values())
-        self.log(f"  recorded {student} (executed in {seconds:.0f} s)")
+            seconds = sum(r.seconds for r in self.reports[student].values())
+            self.log(f"  recorded {student} (executed in {seconds:.0f} s)")
+        finally:
+            self._write_log(student)
 
     @property
     def nbgrader_seconds(self):
         return self.sanitize.seconds + self.record_step.seconds
 
-    def _fail(self, student, message):
+    def _repaired(self, student):
+        return any((self.stage["repaired"] / student / self.assignment / f"{nb}.ipynb").exists()
+                   for nb in self.reports[student])
+
+    def _autograded(self, student, notebook):
+        return self.course / "autograded" / student / self.assignment / f"{notebook}.ipynb"
+
+    def _fail(self, student, message, error=None):
         for report in self.reports[student].values():
             report.error = report.error or message
+        if error is not None:
+            self.details.setdefault(student, []).append("".join(traceback.format_exception(error)))
+
+    def log_path(self, student):
+        return self.staging / "logs" / f"{student}.txt"
+
+    def _write_log(self, student):
+        """LOGS/STUDENT.txt, for a student with a notebook that could not be graded: each notebook's error in one
+        line, then what the failures said in full (nbgrader's log, a traceback)."""
+        errors = [r.error if f"{nb}.ipynb" in r.error else f"{nb}.ipynb: {r.error}"
+                  for nb, r in sorted(self.reports[student].items()) if r.error]
+        if errors or self.details.get(student):
+            path = self.log_path(student)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join([*errors, "", *self.details.get(student, [])]).rstrip() + "\n", encoding="utf-8")
 
     def _nbgrader_failed(self, student, what, error):
-        """One line on the console and in the CSV; nbgrader's whole log (a traceback) in a file of its own."""
-        log = self.staging / "logs" / f"{student}.txt"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(error + "\n", encoding="utf-8")
+        """One line on the console and in the CSV; nbgrader's whole log (a traceback) in the student's log."""
+        self.details.setdefault(student, []).append(error)
         reason = nbgrader_reason(error)
         self._fail(student, f"{what}: {reason}")
-        self.log(f"  {student}: {what}: {reason} (nbgrader's log: {os.path.relpath(log, self.course)})")
+        self._write_log(student)
+        self.log(f"  {student}: {what}: {reason} (nbgrader's log: {os.path.relpath(self.log_path(student), self.course)})")
 
     def _forget(self, student):
         """Nothing of this submission can be graded: remove an earlier submission's grades and autograded
-        notebooks, so that the gradebook, the feedback and the CSV all say the same."""
+        notebooks, so that the gradebook, the feedback and the CSV all say the same. Its grades given by hand
+        are set aside first (earlier-manual-grades.json)."""
         from nbgrader.api import MissingEntry
 
+        if not any(r.error for r in self.reports[student].values()):
+            self._fail(student, "no notebook to grade")
         errors = sorted({r.error for r in self.reports[student].values() if r.error})
-        self.log(f"  {student}: not graded: {'; '.join(errors) or 'no notebook to grade'}")
+        self.log(f"  {student}: not graded: {'; '.join(errors)} "
+                 f"(log: {os.path.relpath(self.log_path(student), self.course)})")
+        set_aside = set_aside_manual_grades(self.course, self.assignment, student, "the submission could not be graded")
+        if set_aside:
+            self.log(f"  {student}: the grades given by hand to the earlier submission are kept in {set_aside}")
         with open_gradebook(self.course) as gradebook:
             try:
                 gradebook.remove_submission(self.assignment, student)
@@ -362,10 +429,10 @@ def submitted_students(course, assignment):
 def _check_ready(course, assignment, students, sandbox, scheduler):
     """The release folder of `assignment`, once the course and this machine can grade it, and the students to
     grade (all who submitted, or `students`, each of whom must have submitted)."""
+    check_assignment(course, assignment)     # first: it names the assignments there are, for a typo
     release = course / "release" / assignment
     if not release.is_dir() or not any(release.glob("*.ipynb")):
-        raise GradingError(f"{release} holds no notebook: run `nbgrader generate_assignment {assignment}` first")
-    check_assignment(course, assignment)
+        raise GradingError(f"{release} holds no notebook: {_release_advice(course, assignment)}")
     submitted = submitted_students(course, assignment)
     missing = sorted(set(students or ()) - set(submitted))
     if missing:
@@ -427,12 +494,14 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
             pool = open_pool(scheduler, workers, sandbox, assignment)
         except ClusterError as error:
             raise GradingError(str(error)) from error
+        limits = limits or Limits()
         log(f"grading {len(todo)} submissions of {assignment} on {pool.description} "
-            f"({'sandboxed' if sandbox else 'NOT sandboxed'})")
+            f"({'sandboxed' if sandbox else 'NOT sandboxed'}; {limits.cell_timeout:g} s per cell, "
+            f"{limits.total_timeout:g} s per notebook)")
         try:
             with faster_nbgrader():
                 batch = _Batch(course, assignment, release, todo, log)
-                reports = _grade_students(batch, pool, todo, limits or Limits(), sandbox,
+                reports = _grade_students(batch, pool, todo, limits, sandbox,
                                           {"COURSE_SMOKE": "1", **(env or {})})
         finally:
             pool.close()
@@ -463,15 +532,31 @@ def report_assignment(course, assignment, log=print):
     for student in sorted(in_gradebook - set(reports)):      # graded by plain `nbgrader autograde`
         reports[student] = {nb: NotebookReport(nb) for nb in notebooks}
     write_csv(course, assignment, reports)
-    grades = gradebook_grades(course, assignment, reports)
-    pending = sorted(s for s in reports for cells in grades[s].values() for g in cells.values() if g.score is None)
+    pending = awaiting_manual_grading(gradebook_grades(course, assignment, reports))
     left_out = sorted(set(reports) - in_gradebook)
     log(f"wrote grades-{assignment}.csv and grades-{assignment}-cells.csv from the gradebook: {len(reports)} students, "
-        f"{len(set(pending))} with written answers still to grade by hand")
+        f"{len(pending)} with written answers still to grade by hand{_listed(pending)}")
     if left_out:
         log(f"not in the gradebook, so not in `nbgrader export` (their notebooks could not be graded; the CSV's "
             f"error column says why): {', '.join(left_out)}")
     return reports
+
+
+def awaiting_manual_grading(grades):
+    """student -> the cells ("NOTEBOOK/CELL") waiting for a person, of `grades` (gradebook_grades'), for the students
+    with any."""
+    waiting = {s: [f"{nb}/{g.grade_id}" for nb, cells in sorted(by_nb.items()) for g in cells.values() if g.score is None]
+               for s, by_nb in grades.items()}
+    return {s: cells for s, cells in sorted(waiting.items()) if cells}
+
+
+def _listed(pending, most=20):
+    """`pending` (awaiting_manual_grading's) for the end of a line: the formgrader's "needs manual grade" list."""
+    if not pending:
+        return ""
+    shown = [f"{s} ({', '.join(cells)})" for s, cells in list(pending.items())[:most]]
+    more = f" and {len(pending) - most} more (the awaiting_manual column)" if len(pending) > most else ""
+    return ": " + "; ".join(shown) + more
 
 
 def stages(staging):
@@ -486,6 +571,7 @@ def _clear_stages(staging, students):
         for folder in stage.values():
             shutil.rmtree(folder / student, ignore_errors=True)
         (staging / "done" / f"{student}.json").unlink(missing_ok=True)
+        (staging / "logs" / f"{student}.txt").unlink(missing_ok=True)     # an earlier run's failure
     return stage
 
 
@@ -563,10 +649,111 @@ def cell_grades(gradebook, assignment, notebook, student):
     grades = {}
     for grade in submission.grades:
         kind = "test" if grade.cell_type == "code" and grade.name not in answers else "written"
-        pending = grade.needs_manual_grade and grade.manual_score is None
+        # A written answer nbgrader flags waits for a person, even with a score given by hand earlier: nbgrader flags
+        # it again when a regrade finds a score (the grader settles those: settle_manual_grades), and the formgrader
+        # unflags it when a person grades it. A test cell's score given by hand overrides the tests, flagged or not.
+        pending = grade.needs_manual_grade and (kind == "written" or grade.manual_score is None)
         grades[grade.name] = CellGrade(grade.name, kind, None if pending else grade.score, grade.max_score,
                                        comments.get(grade.name) or "")
     return grades
+
+
+EARLIER_MANUAL = "earlier-manual-grades.json"   # in .autograder/ASSIGNMENT/: hand grades of answers that changed
+
+
+def answer_texts(path):
+    """grade_id -> the text graded by hand of each answer graded by hand in the autograded notebook at `path` (a
+    written answer, a code answer graded by hand; for a task, the student's own cells, where it is answered); {}
+    when there is no such notebook."""
+    try:
+        notebook = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return {}
+    meta = [cell.metadata.get("nbgrader", {}) for cell in notebook.cells]
+    own = "\n".join(cell.source for cell, m in zip(notebook.cells, meta) if not m or m.get("solution"))
+    return {m["grade_id"]: (own if m.get("task") else cell.source) for cell, m in zip(notebook.cells, meta)
+            if m.get("grade_id") and m.get("grade") and (m.get("solution") or m.get("task"))}
+
+
+def _same_text(before, now):
+    """The same answer, whatever an editor did to its whitespace."""
+    return " ".join(before.split()) == " ".join(now.split())
+
+
+def settle_manual_grades(course, assignment, student, before, autograded):
+    """After a regrade. nbgrader's record step flags every cell graded by hand for review (needs_manual_grade),
+    whether its answer changed or not. An answer whose text is the one that was graded keeps its grade and comment,
+    unflagged; one that changed, or whose earlier text is gone, waits for a person again: its grade and comment are
+    set aside (EARLIER_MANUAL), so that neither the CSVs, the feedback page, the formgrader nor `nbgrader export`
+    presents them as its grade. `before`: notebook -> answer_texts of the notebook graded earlier; `autograded`:
+    (student, notebook) -> the autograded notebook's path. Returns a line for the console per answer set aside."""
+    from nbgrader.api import MissingEntry
+
+    lines, set_aside = [], []
+    with open_gradebook(course) as gradebook:
+        for notebook, texts in before.items():
+            try:
+                submission = gradebook.find_submission_notebook(notebook, assignment, student)
+            except MissingEntry:
+                continue
+            now = answer_texts(autograded(student, notebook))
+            comments = {c.name: c for c in submission.comments}
+            for grade in submission.grades:
+                if grade.manual_score is None or grade.name not in now:   # not graded by hand, or a test cell
+                    continue
+                if grade.name in texts and _same_text(texts[grade.name], now[grade.name]):
+                    grade.needs_manual_grade = False
+                    continue
+                why = "its answer changed" if grade.name in texts else "its earlier answer is not at hand to compare"
+                lines.append(f"{grade.name} was graded by hand ({grade.manual_score:g} of {grade.max_score:g}) and "
+                             f"{why}: it waits for grading by hand again")
+                set_aside.append(_set_aside(student, notebook, grade, comments.get(grade.name), why))
+        gradebook.db.commit()
+    if set_aside:
+        lines.append(f"the earlier grades and comments are kept in {_keep_earlier(course, assignment, set_aside)}")
+    return lines
+
+
+def set_aside_manual_grades(course, assignment, student, why):
+    """Set aside (EARLIER_MANUAL) every grade given by hand to the student's submission, before it is removed; the
+    file's path relative to the course, None when there was none."""
+    from nbgrader.api import MissingEntry
+
+    set_aside = []
+    with open_gradebook(course) as gradebook:
+        try:
+            submission = gradebook.find_submission(assignment, student)
+        except MissingEntry:
+            return None
+        for notebook in submission.notebooks:
+            comments = {c.name: c for c in notebook.comments}
+            set_aside += [_set_aside(student, notebook.name, grade, comments.get(grade.name), why)
+                          for grade in notebook.grades if grade.manual_score is not None]
+        gradebook.db.commit()
+    return _keep_earlier(course, assignment, set_aside) if set_aside else None
+
+
+def _set_aside(student, notebook, grade, comment, why):
+    """The grade given by hand (score, extra credit, comment) as a record of EARLIER_MANUAL; the gradebook's cell
+    then has none, and waits for a person unless nbgrader scored it itself (an answer left as released)."""
+    entry = {"student": student, "notebook": notebook, "cell": grade.name, "manual_score": grade.manual_score,
+             "extra_credit": grade.extra_credit, "max_score": grade.max_score,
+             "manual_comment": comment.manual_comment if comment is not None else None, "why": why,
+             "set_aside": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    grade.manual_score = grade.extra_credit = None
+    grade.needs_manual_grade = grade.auto_score is None
+    if comment is not None:
+        comment.manual_comment = None
+    return entry
+
+
+def _keep_earlier(course, assignment, entries):
+    """Add `entries` to the assignment's EARLIER_MANUAL; its path relative to the course."""
+    path = Path(course) / STAGING / assignment / EARLIER_MANUAL
+    kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kept + entries, indent=1), encoding="utf-8")
+    return os.path.relpath(path, course)
 
 
 def gradebook_grades(course, assignment, students):
@@ -581,13 +768,14 @@ TOTAL_COLUMNS = ["student", "notebook", "score", "max_score", "seconds", "repair
 CELL_COLUMNS = ["student", "notebook", "cell", "kind", "score", "max_score", "awaiting_manual"]
 
 
-def _csv_rows(student, report, grades, flags=0, late=False):
+def _csv_rows(student, report, grades, flags=0, late=False, possible=None):
     """The totals row and the cell rows of one student's notebook (grades: {grade_id: CellGrade}; ``flags``: the
-    red flags of its cells, for a person to read in the similarity report; ``late``: the LMS marked it late). A
-    notebook that could not be graded has an empty score, never a 0 that an LMS would import."""
+    red flags of its cells, for a person to read in the similarity report; ``late``: the LMS marked it late;
+    ``possible``: the notebook's points, as the gradebook has them). A notebook that could not be graded has an
+    empty score, never a 0 that an LMS would import, and the notebook's points as its max_score."""
     pending = sum((g.max_score for g in grades.values() if g.score is None), 0.0)
     score = sum((g.score for g in grades.values() if g.score is not None), 0.0) if not report.error else ""
-    max_score = sum(g.max_score for g in grades.values()) if grades else None
+    max_score = sum(g.max_score for g in grades.values()) if grades else possible
     total = [student, report.notebook, score, max_score, report.seconds, len(report.repairs), len(report.problems),
              report.error, pending, flags, int(late)]
     cells = [[student, report.notebook, g.grade_id, g.kind, g.score, g.max_score,
@@ -606,11 +794,13 @@ def write_csv(course, assignment, reports):
 
     grades = gradebook_grades(course, assignment, reports)
     flags, late = red_flag_counts(course, assignment), StudentRecord(course).late(assignment)
+    with open_gradebook(course) as gradebook:
+        possible = {nb.name: nb.max_score for nb in gradebook.find_assignment(assignment).notebooks}
     totals, cells = [], []
     for student in sorted(reports):
         for notebook, report in sorted(reports[student].items()):
             total, rows = _csv_rows(student, report, grades[student].get(notebook, {}), flags[student, notebook],
-                                    student in late)
+                                    student in late, possible.get(notebook))
             totals.append(total)
             cells += rows
     for name, columns, rows in ((f"grades-{assignment}.csv", TOTAL_COLUMNS, totals),

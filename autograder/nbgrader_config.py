@@ -15,8 +15,11 @@ c.CourseDirectory.course_id = "transformer-course"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Time limit per cell while grading (nbgrader always runs on past errors, so one broken exercise
-# costs only its own tests). Notebook 07 trains a small model, hence the generous limit.
+# Seconds a cell may run while grading, stated here only: plain `nbgrader autograde` reads it, and so do
+# `python -m autograder grade` (its --cell-timeout default, read from the course directory's copy of this file) and a
+# student's `python -m autograder check` (from the course package's). Keep it a number. Notebook 07 trains a small
+# model, which takes minutes on a CPU at full length (plain nbgrader, `grade --full-training`), hence the generous
+# limit. nbgrader always runs on past errors, so one broken exercise costs only its own tests.
 c.Execute.timeout = 600
 
 # Collecting submissions from an LMS (`nbgrader zip_collect ASSIGNMENT`): the course's collector reads the file

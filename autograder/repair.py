@@ -44,6 +44,11 @@ notebook: :class:`RepairError`. Otherwise:
 
 Every change is reported as a sentence for the instructor. Metadata that differs only in the order of
 its keys, and metadata outside ``nbgrader`` (colab, execution, ...), is not a change.
+
+A copy made before the instructor changed the assignment and released it again (``nbgrader generate_assignment
+--force``) is not damaged: its cells carry an earlier release's metadata, whole, differing from the current
+release's only in a checksum or in points (:func:`of_an_earlier_release`). Those repairs, and the cells the current
+release added or removed in such a copy, end with :data:`RELEASE_CHANGED`, so that the feedback tells the two apart.
 """
 import ast
 import collections
@@ -65,6 +70,11 @@ _DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", re.MUL
 _EDITED_COPY = 0.6
 # The end of the repair sentence for an answer cell the student deleted (check.py shows those in full).
 SCORES_NOTHING = "which scores nothing"
+# The end of the repair sentence for a cell of a copy made from an earlier release (feedback.py tells them apart).
+RELEASE_CHANGED = "this copy was made from an earlier release of the assignment"
+# What `nbgrader generate_assignment` recomputes when a cell changes (its checksum) or an instructor may change
+# (its points). Colab and editors drop the whole of nbgrader's metadata, and a student has no reason to edit these.
+_RELEASE_KEYS = {"checksum", "points"}
 
 
 class RepairError(Exception):
@@ -88,10 +98,21 @@ def repair_file(submitted_path, release_path, out_path):
     with open(submitted_path, encoding="utf-8", opener=_no_follow) as file:
         submitted = nbformat.read(file, as_version=4)
     release = nbformat.read(str(release_path), as_version=4)
-    repaired, actions = _Repair(submitted, release).run(Path(release_path).name, str(submitted_path))
+    # named as the student knows it: the message reaches their feedback page, the course's folders need not
+    label = f"the submitted {Path(submitted_path).name}"
+    repaired, actions = _Repair(submitted, release).run(Path(release_path).name, label)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(repaired, str(out_path))
     return actions
+
+
+def of_an_earlier_release(had, wanted):
+    """Whether a cell's nbgrader metadata `had`, whose grade_id is the release cell's, is the metadata of another
+    release of that cell (the instructor changed it and ran `nbgrader generate_assignment --force` since the
+    student's copy was made) rather than damage: it differs from the release's `wanted` in the checksum nbgrader
+    computes from the cell (its source, its points, ...), perhaps in the points too, and in nothing else."""
+    differ = {k for k in set(had) | set(wanted) if had.get(k) != wanted.get(k)}
+    return "checksum" in differ and "checksum" in had and differ <= _RELEASE_KEYS
 
 
 def _no_follow(path, flags):
@@ -116,6 +137,7 @@ class _Repair:
         self.anchors = {}    # ungraded release index -> submission index of its unchanged copy
         self.taken = set()   # submission indices matched or anchored
         self.actions = []
+        self.earlier_release = False   # a cell's metadata is an earlier release's (of_an_earlier_release)
 
     def run(self, name, label):
         self.match_by_grade_id()
@@ -288,8 +310,13 @@ class _Repair:
                 continue
             if self.how[r] == "grade_id":
                 differ = sorted(k for k in set(had) | set(wanted) if had.get(k) != wanted.get(k))
-                self.actions.append(f"reset the nbgrader metadata of {where}: {', '.join(differ)} "
-                                    f"differed from the release")
+                if of_an_earlier_release(had, wanted):
+                    self.earlier_release = True
+                    self.actions.append(f"took the nbgrader metadata of {where} from the current release "
+                                        f"({', '.join(differ)} differed): {RELEASE_CHANGED}")
+                else:
+                    self.actions.append(f"reset the nbgrader metadata of {where}: {', '.join(differ)} "
+                                        f"differed from the release")
             elif had.get("grade_id"):
                 self.actions.append(f"replaced the stale nbgrader metadata (grade_id "
                                     f"'{had['grade_id']}') of {where}, found by {self.how[r]}")
@@ -308,6 +335,8 @@ class _Repair:
                 why = f"a second copy of '{grade_id}', which is graded in cell {graded_at[grade_id] + 1}"
             elif grade_id is None:
                 why = "its nbgrader metadata has no grade_id"
+            elif self.earlier_release:
+                why = f"grade_id '{grade_id}' matches no cell of the current release: {RELEASE_CHANGED}"
             else:
                 why = f"grade_id '{grade_id}' matches no cell of the release"
             del cell.metadata["nbgrader"]
@@ -330,6 +359,10 @@ class _Repair:
                 self.actions.append(f"moved {_kind(meta)} '{meta['grade_id']}' (cell "
                                     f"{self.match[r] + 1} of the submission) back to its place in the "
                                     f"release's order")
+            elif self.earlier_release and not meta.get("solution"):     # a cell the release added since
+                cell = copy.deepcopy(self.release[r])
+                self.actions.append(f"inserted the {_kind(meta)} '{meta['grade_id']}' of the current release, "
+                                    f"which the copy lacks: {RELEASE_CHANGED}")
             else:
                 cell = copy.deepcopy(self.release[r])
                 self.actions.append(f"re-inserted the missing {_kind(meta)} '{meta['grade_id']}' from "

@@ -98,3 +98,46 @@ def test_a_notebook_of_another_course_cannot_be_graded(tmp_path):
     result = subprocess.run([sys.executable, "-m", "autograder", "check", str(path)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 1 and "cannot be graded" in result.stdout, result.stdout + result.stderr
+
+
+def test_the_points_column_says_what_the_failing_tests_cost():
+    """Not the exercise's total: the points of its failing visible tests, all of them for a refused answer."""
+    from autograder.check import CheckReport, ExerciseResult
+
+    report = CheckReport([ExerciseResult("padding_mask", points=3, cells=3, passed=3),
+                          ExerciseResult("causal_mask", points=4, cells=4, passed=3, failing=1,
+                                         failures=["test_causal_mask_shape: AssertionError: wrong shape"]),
+                          ExerciseResult("target_mask", points=3, cells=3, refused=True, failing=3)], [], [])
+    lines = render(report).splitlines()
+    assert "points lost" in lines[0] and "at stake" not in lines[0], lines[0]
+    rows = {line.split()[0]: line for line in lines[1:] if line and not line.startswith(" ")}
+    assert "0 of 3" in rows["padding_mask"] and "ok" in rows["padding_mask"]
+    assert "1 of 4" in rows["causal_mask"] and "will lose points" in rows["causal_mask"]
+    assert "3 of 3" in rows["target_mask"] and "REFUSED" in rows["target_mask"]
+    assert "hidden tests can cost more" in render(report)
+
+
+def test_a_copy_of_an_earlier_release_is_not_told_it_changed_a_read_only_cell():
+    """The package's release changed a test since the student's copy was made: the check says so, not "you changed"."""
+    from nbgrader.utils import compute_checksum
+
+    from autograder.check import as_the_grader_gets_it
+
+    current = copy.deepcopy(RELEASE)
+    test = nbgrader_cells(current)["test_causal_mask_values"]
+    test.source = "assert True, 'a check added later'\n" + test.source
+    test.metadata.nbgrader["checksum"] = compute_checksum(test)
+    _, repairs = as_the_grader_gets_it(copy.deepcopy(CORRECT), current)
+    text = render(report_with(repairs))
+    assert any("the tests of causal_mask changed in the current release" in r for r in repairs), repairs
+    assert not any(r.startswith("you changed") for r in repairs), repairs
+    assert "earlier release" in text and "lost some of its grading metadata" not in text, text
+    edited = copy.deepcopy(CORRECT)
+    nbgrader_cells(edited)["test_causal_mask_values"].source += "\n# mine"
+    _, repairs = as_the_grader_gets_it(edited, RELEASE)
+    assert any(r.startswith("you changed the tests of causal_mask") for r in repairs), repairs
+
+
+def report_with(repairs):
+    from autograder.check import CheckReport
+    return CheckReport([], repairs, [])

@@ -278,3 +278,22 @@ def test_a_notebook_that_could_not_be_graded_shows_its_error_without_hidden_code
     page = html.unescape(render("mallory", ASSIGNMENT, ASSIGNMENT, [], hidden, report))
     assert "This notebook could not be graded: " + HIDDEN_NOTE in page, page
     assert code_line.strip() not in page
+    # no grade yet, which is not a zero
+    assert "Score: <b>none</b>: this notebook could not be graded" in page and "0 / 0" not in page, page
+
+
+def test_a_copy_of_an_earlier_release_is_not_called_damaged():
+    """After `nbgrader generate_assignment --force`, a copy made before says so; metadata Colab dropped is damage."""
+    from autograder.grade import NotebookReport
+    from autograder.repair import RELEASE_CHANGED
+
+    earlier = (f"took the nbgrader metadata of test cell 'test_noam_lr' (cell 30 of the submission) from the current "
+               f"release (checksum differed): {RELEASE_CHANGED}")
+    dropped = "restored the nbgrader metadata of answer cell 'noam_lr' (cell 28 of the submission), found by its position"
+    pages = {repairs: html.unescape(render("ann", ASSIGNMENT, ASSIGNMENT, [], HiddenText(),
+                                           NotebookReport(ASSIGNMENT, repairs=list(repairs))))
+             for repairs in [(earlier,), (dropped,), (earlier, dropped)]}
+    assert "released again after your copy" in pages[earlier,] and "damaged" not in pages[earlier,]
+    assert "released again" not in pages[dropped,] and "damaged (Colab" in pages[dropped,]
+    both = pages[earlier, dropped]
+    assert both.index(earlier) < both.index("damaged (Colab") < both.index(dropped), both

@@ -304,7 +304,9 @@ def test_feedback_shows_written_answers_awaiting_grading_then_the_graders_score_
 
 def test_feedback_shows_messages_but_never_test_code(course):
     pages = {p.parts[-3]: p.read_text() for p in (course / "feedback").glob(f"*/{ASSIGNMENT}/{ASSIGNMENT}.html")}
-    assert len(pages) == len(HOSTILE_ADD) + 1, f"feedback pages for {sorted(pages)}"  # the stranger has none graded
+    assert sorted(pages) == sorted([*HOSTILE_ADD, "colab", *UNGRADABLE]), f"feedback pages for {sorted(pages)}"
+    for student in UNGRADABLE:   # a page that says why, and no score: not a zero
+        assert "This notebook could not be graded" in pages[student] and "Score: <b>none</b>" in pages[student]
     for student, page in pages.items():
         assert "torch.ones(2), torch.ones(2)" not in page, f"{student}'s feedback shows the hidden test's code"
         assert "BEGIN HIDDEN TESTS" not in page, f"{student}'s feedback shows the hidden test's code"

@@ -348,6 +348,55 @@ def test_repair_file_writes_the_repaired_notebook(releases, tmp_path):
 
     wrong_path = tmp_path / "05.ipynb"
     nbformat.write(releases["05_layer_norm_feed_forward"], wrong_path)
-    with pytest.raises(RepairError, match=f"{wrong_path} does not look like the release of 02_attention.ipynb"):
+    # named as the student knows it (the message reaches their feedback page), not by the course's folders
+    with pytest.raises(RepairError, match="^the submitted 05.ipynb does not look like the release of 02_attention.ipynb"):
         repair_file(wrong_path, release_path, tmp_path / "never.ipynb")
     assert not (tmp_path / "never.ipynb").exists()
+
+
+# --- a copy of an earlier release ------------------------------------------------------------------
+
+def released_again(release):
+    """The release as `nbgrader generate_assignment --force` writes it after the instructor changed a test, added
+    one and removed one (checksums as nbgrader computes them)."""
+    from nbgrader.utils import compute_checksum
+
+    again = copy.deepcopy(release)
+    changed = again.cells[find(again, "test_scaled_dot_product_attention_mask")]
+    changed.source = "assert True, 'a new check'\n" + changed.source
+    changed.metadata.nbgrader["checksum"] = compute_checksum(changed)
+    added = copy.deepcopy(changed)
+    added.id = "added-test"
+    added.metadata.nbgrader.update(grade_id="test_added", checksum="")
+    added.metadata.nbgrader["checksum"] = compute_checksum(added)
+    again.cells.insert(find(again, "test_scaled_dot_product_attention_mask") + 1, added)
+    del again.cells[find(again, "test_scaled_dot_product_attention_batched")]
+    return again
+
+
+def test_a_copy_of_an_earlier_release_is_told_apart_from_damage(releases):
+    from autograder.repair import RELEASE_CHANGED
+
+    release = releases["02_attention"]
+    again = released_again(release)
+    repaired, actions = repair_notebook(answered(release, "02_attention"), again, "02_attention")
+    assert len(actions) == 3 and all(action.endswith(RELEASE_CHANGED) for action in actions), actions
+    assert any("test_scaled_dot_product_attention_mask" in a and "checksum differed" in a for a in actions), actions
+    assert any("inserted the test cell 'test_added' of the current release" in a for a in actions), actions
+    assert any("'test_scaled_dot_product_attention_batched' matches no cell of the current release" in a
+               for a in actions), actions
+    wanted = {grade_id(c): c.metadata.nbgrader for c in again.cells if grade_id(c)}
+    assert {grade_id(c): c.metadata.nbgrader for c in repaired.cells if grade_id(c)} == wanted
+    # the same copy saved by Colab has lost the evidence: its repairs are damage, said as before
+    _, damaged = repair_notebook(colab(answered(release, "02_attention")), again, "02_attention")
+    assert damaged and not any(RELEASE_CHANGED in action for action in damaged), damaged
+
+
+def test_points_a_student_edited_are_no_earlier_release(releases):
+    from autograder.repair import RELEASE_CHANGED
+
+    release = releases["02_attention"]
+    submitted = answered(release, "02_attention")
+    submitted.cells[find(submitted, "test_scaled_dot_product_attention_mask")].metadata.nbgrader["points"] = 30
+    _, actions = repaired_ok(submitted, release, "02_attention")
+    assert len(actions) == 1 and RELEASE_CHANGED not in actions[0] and "points differed" in actions[0], actions
