@@ -40,7 +40,8 @@ from .cells import is_test
 from .judge_process import JudgeProcess
 from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, SEED_VARIABLE, is_judged, kernel_source, take_probe_data
 from .kernel_server import ForkServerError, forget, server_for
-from .sandbox import FILES_DO_NOT_FIT, hand_over, kernel_environment, limited_command, sandbox_command
+from .sandbox import (FILES_DO_NOT_FIT, RUNTIME, drain, hand_over, kernel_environment, limited_command,
+                      memory_cgroups, sandbox_command, sandbox_root)
 
 STARTUP_TIMEOUT = 60   # seconds a new kernel gets to answer
 INTERRUPT_GRACE = 3    # seconds an interrupted cell gets to stop before its kernel is killed
@@ -66,9 +67,11 @@ class _Kernel:
     def __init__(self, workdir, limits, env, sandbox, until, package=None, server=None):
         """``server``: the kernel server (kernel_server.py) to fork the kernel from, else a new process."""
         self.folder = server.folder() if server else tempfile.mkdtemp(prefix="kernel-")
+        os.mkdir(os.path.join(self.folder, RUNTIME))
         connection_file = os.path.join(self.folder, "kernel.json")
-        # ipc: Unix sockets in self.folder, the only way in and out of a sandbox without a network.
-        write_connection_file(connection_file, transport="ipc", ip=os.path.join(self.folder, "ipc"),
+        # ipc: Unix sockets in the kernel's RUNTIME folder (in the sandbox: in memory, its own), the only way in and
+        # out of a sandbox without a network.
+        write_connection_file(connection_file, transport="ipc", ip=os.path.join(self.folder, RUNTIME, "ipc"),
                               key=secrets.token_hex(16).encode())
         self.log = open(os.path.join(self.folder, "kernel.log"), "w+b")
         try:
@@ -76,11 +79,13 @@ class _Kernel:
                 self.process = server.start(self.folder, workdir, limits, env, max(until - time.monotonic(), 1))
             else:
                 self.process = _new_process(connection_file, workdir, limits, env, sandbox, package, self.log)
-        except ForkServerError:
+        except (ForkServerError, KernelStartError):
             self.log.close()
+            shutil.rmtree(self.folder, ignore_errors=True)
             raise
         self.client = BlockingKernelClient(connection_file=connection_file)
         self.client.load_connection_file()
+        self.client.ip = self.process.sockets   # the same sockets, as the grader reaches them (sandbox.py)
         self.client.start_channels(stdin=False, hb=False)
         self.pending = None  # the request the kernel has not finished yet
         self.reply = None    # the content of the last reply
@@ -150,7 +155,14 @@ class _Kernel:
 
 class _NewProcess(subprocess.Popen):
     """A kernel in a process of its own: kill() takes along everything it started (its session, and with
-    bubblewrap's the whole sandbox)."""
+    bubblewrap's the whole sandbox, then its cgroup)."""
+    sockets = cgroup = logging = None   # the prefix of its sockets' paths; its KernelCgroup; the thread of its log
+
+    def poll(self):
+        status = super().poll()
+        if status is not None and self.logging:
+            self.logging.join(1)   # its last words in its log
+        return status
 
     def kill(self):
         try:
@@ -158,24 +170,53 @@ class _NewProcess(subprocess.Popen):
         except ProcessLookupError:
             pass
         self.wait()
+        if self.cgroup:
+            self.cgroup.remove()
 
     @property
     def files_did_not_fit(self):
         return self.poll() == FILES_DO_NOT_FIT
 
 
+def _package_first(command, package, folder):
+    """``command`` (python -I -m ipykernel_launcher ...) with the course package's copy ``package`` first on the
+    kernel's sys.path, where no sandbox shows it at the package's own path (-I ignores PYTHONPATH)."""
+    first = os.path.join(folder, "package")
+    os.makedirs(first, exist_ok=True)
+    os.symlink(package, os.path.join(first, "transformer_course"), target_is_directory=True)
+    start = (f"import runpy, sys; sys.path.insert(0, {first!r}); "
+             "runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)")
+    return [command[0], "-I", "-c", start, *command[command.index("ipykernel_launcher") + 1:]]
+
+
 def _new_process(connection_file, workdir, limits, env, sandbox, package, log):
     # -I: ipykernel itself from the installation, never from a file in the submission.
     command = [sys.executable, "-I", "-m", "ipykernel_launcher", "-f", connection_file]
     folder = os.path.dirname(connection_file)
+    info, told, cgroup = None, None, None
     if sandbox:
         hand_over(folder)
-        argv, scratch = sandbox_command(command, workdir, folder, limits, package), "/tmp"
+        info, told = os.pipe()   # bubblewrap tells the sandbox's PID there
+        cgroup = memory_cgroups().kernel(limits.memory_mb)
+        argv, scratch = sandbox_command(command, workdir, folder, limits, package, told, cgroup), "/tmp"
     else:
+        command = _package_first(command, package, folder) if package else command
         argv, scratch = limited_command(command, limits), folder
-    # Its own session, for kill().
-    return _NewProcess(argv, cwd=workdir, env=kernel_environment(workdir, env, scratch), stdin=subprocess.DEVNULL,
-                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # Its own session, for kill(); its stdout and stderr reach its log through a pipe, capped (sandbox.drain).
+    process = _NewProcess(argv, cwd=workdir, env=kernel_environment(workdir, env, scratch), stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                          pass_fds=[told] if sandbox else [])
+    process.cgroup, process.logging = cgroup, drain(process.stdout, log.name)
+    process.sockets = os.path.join(folder, RUNTIME, "ipc")
+    if sandbox:
+        os.close(told)
+        root = sandbox_root(info, time.monotonic() + STARTUP_TIMEOUT)
+        if root is None:
+            process.kill()
+            log.seek(0)
+            raise KernelStartError(f"the kernel's sandbox did not start: {log.read()[-2000:].decode(errors='replace')}")
+        process.sockets = root + process.sockets
+    return process
 
 
 def _next(get, timeout):
@@ -186,10 +227,11 @@ def _next(get, timeout):
 
 
 class _Outputs:
-    """A cell's outputs as the kernel sends them, up to a budget of bytes kept."""
+    """A cell's outputs as the kernel sends them, up to a budget of bytes kept, counted as the notebook's file stores
+    them (``_size``): a line break, a control character or a non-ASCII character costs what it costs there."""
 
     def __init__(self, budget):
-        self.kept, self.size, self.budget, self.clear_on_next = [], 0, budget, False
+        self.kept, self.sizes, self.size, self.budget, self.clear_on_next = [], [], 0, budget, False
 
     def add(self, message):
         """Record ``message``; False once the budget is spent (what does not fit is dropped)."""
@@ -207,30 +249,96 @@ class _Outputs:
         last = self.kept[-1] if self.kept else None
         if kind == "stream" and last is not None and last.output_type == "stream" and last.name == output.name:
             # One output per stream, with progress bars' carriage returns applied, as Jupyter shows them.
-            self.size -= len(last.text)
             last.text = _apply_carriage_returns(last.text + output.text)
+            self.size -= self.sizes.pop()
         else:
-            last = output
             self.kept.append(output)
-        self.size += _size(last)
+        self.sizes.append(_size(self.kept[-1]))
+        self.size += self.sizes[-1]
         over = self.size - self.budget
         if over <= 0:
             return True
-        if last.output_type == "stream" and len(last.text) > over:
-            last.text = last.text[:len(last.text) - over]
-            self.size = self.budget
+        size = self.sizes.pop()
+        left = _cut(self.kept[-1], size - over)   # what the budget leaves it
+        if left:
+            self.sizes.append(left)
         else:
-            self.size -= _size(self.kept.pop())
+            self.kept.pop()
+        self.size += left - size
         return False
 
     def _clear(self):
         # Errors stay: a cell cannot hide that it failed by clearing its output.
-        self.kept[:] = [output for output in self.kept if output.output_type == "error"]
-        self.size, self.clear_on_next = sum(map(_size, self.kept)), False
+        kept = [(o, size) for o, size in zip(self.kept, self.sizes) if o.output_type == "error"]
+        self.kept[:], self.sizes[:] = [o for o, _ in kept], [size for _, size in kept]
+        self.size, self.clear_on_next = sum(self.sizes), False
+
+
+# An output's lines are indented this deep in the notebook's file (cells, a cell, its outputs, the output); a cell's
+# list of outputs ends with a line of its own that takes as many bytes.
+OUTPUT_DEPTH = 4
+# The media types whose text nbformat stores as a list of lines, besides text/* (nbformat.v4.rwbase).
+SPLIT_TYPES = ("application/javascript", "image/svg+xml")
 
 
 def _size(output):
-    return len(output.text) if output.output_type == "stream" else len(json.dumps(output))
+    """The bytes ``output`` takes in the notebook's file as nbformat writes it (JSON indented by one space a level,
+    text as a list of lines, non-ASCII characters as they are): what Limits.output_bytes caps. Counted without
+    writing the indented JSON (slow in Python): the compact JSON, plus a line break and the indentation for every
+    item of a list or object."""
+    node = dict(output)
+    if isinstance(node.get("text"), str):
+        node["text"] = node["text"].splitlines(True)
+    if isinstance(node.get("data"), dict):
+        node["data"] = {key: value.splitlines(True) if isinstance(value, str) and (key.startswith("text/") or
+                                                                                  key in SPLIT_TYPES) else value
+                        for key, value in node["data"].items()}
+    compact = json.dumps(node, ensure_ascii=False, separators=(",", ": "))
+    return len(compact.encode("utf-8", "surrogatepass")) + _indentation(node, OUTPUT_DEPTH) + OUTPUT_DEPTH + 2
+
+
+def _indentation(value, depth):
+    """The line breaks and spaces that indented JSON adds to ``value``, written ``depth`` levels deep."""
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, list):
+        items = value
+    else:
+        return 0
+    if not items:
+        return 0
+    nested = sum(_indentation(item, depth + 1) for item in items if isinstance(item, (dict, list)))
+    return len(items) * (depth + 2) + depth + 1 + nested
+
+
+def _fit(outputs, budget, grader, last=()):
+    """Cut ``outputs`` (in place) to ``budget`` bytes as stored: the outputs ``grader`` added (its errors, which
+    decide the cell) stay; the kernel's are cut from the end first, then those in ``last`` (the judges' print)."""
+    def among(output, chosen):
+        return any(output is other for other in chosen)
+
+    over = sum(map(_size, outputs)) - budget
+    order = [o for o in reversed(outputs) if not among(o, grader) and not among(o, last)] + list(last)
+    for output in order:
+        if over <= 0:
+            return
+        size = _size(output)
+        left = _cut(output, size - over)
+        if not left:
+            del outputs[next(i for i, o in enumerate(outputs) if o is output)]
+        over -= size - left
+
+
+def _cut(output, room):
+    """Cut a stream's text from the end until ``output`` takes ``room`` bytes at most; its size then (0: it does not
+    fit at all, or it is not a stream, which is kept whole or not at all)."""
+    if output.output_type != "stream" or room <= _size(nbformat.v4.new_output("stream", name=output.name, text="")):
+        return 0
+    size = _size(output)
+    while size > room:
+        output.text = output.text[:min(len(output.text) - 1, len(output.text) * room // size)]
+        size = _size(output)
+    return size
 
 
 def _apply_carriage_returns(text):
@@ -315,6 +423,7 @@ class _Runner:
         if judged:
             # The kernel's own errors decide nothing here (the judge's verdict does): they stay as text.
             cell.outputs[:] = [_as_text(o) if o.output_type == "error" else o for o in cell.outputs]
+        kernels = len(cell.outputs)   # the outputs after these are the grader's: its errors and the judges' print
         if breakage:
             kind, ename, evalue = breakage
             cell.outputs.append(_error(ename, evalue))
@@ -329,6 +438,10 @@ class _Runner:
             ename, evalue = str(reply.get("ename") or "Error")[:80], str(reply.get("evalue", ""))[:MAX_REPLY]
             cell.outputs.append(_error(ename, f"{evalue} (the cell raised this error, but it was not shown, or not "
                                               "within the output limit)"))
+        added = cell.outputs[kernels:]
+        # Within the cap with the grader's own errors: the kernel's outputs make room for them.
+        _fit(cell.outputs, self.limits.output_bytes - OUTPUT_DEPTH, [o for o in added if o.output_type == "error"],
+             [o for o in added if o.output_type != "error"])
         if outcome == "ok":
             self.completed.append(source)
 
@@ -337,7 +450,7 @@ class _Runner:
         limit, and drop a kernel that broke. Returns (outcome, the base64 texts of probe data, in order)."""
         self.count += 1
         cell.execution_count = self.count
-        outputs, sent = _Outputs(self.limits.output_bytes), _ProbeData()
+        outputs, sent = _Outputs(self.limits.output_bytes - OUTPUT_DEPTH), _ProbeData()
         cell.outputs = outputs.kept
         outcome = self.kernel.run(source, min(self.limits.cell_timeout, self.time_left()),
                                   lambda message: sent.add(message) or outputs.add(message))

@@ -58,7 +58,7 @@ from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submissi
 from .nbgrader_course import (autograde, faster_nbgrader, nbgrader_api, nbgrader_config, nbgrader_output,
                               nbgrader_reason, open_gradebook)
 from .repair import RepairError, repair_file
-from .sandbox import CELL_TIMEOUT, Limits, sandbox_available
+from .sandbox import CELL_TIMEOUT, Limits, memory_accounting, sandbox_available
 
 STAGING = ".autograder"
 
@@ -498,6 +498,8 @@ def grade_assignment(course, assignment, *, workers=2, limits=None, students=Non
         log(f"grading {len(todo)} submissions of {assignment} on {pool.description} "
             f"({'sandboxed' if sandbox else 'NOT sandboxed'}; {limits.cell_timeout:g} s per cell, "
             f"{limits.total_timeout:g} s per notebook)")
+        if sandbox and not scheduler:   # a Dask worker's machine may differ: each says so in its own log
+            log(f"autograder: {memory_accounting()}")
         try:
             with faster_nbgrader():
                 batch = _Batch(course, assignment, release, todo, log)
@@ -776,8 +778,10 @@ def _csv_rows(student, report, grades, flags=0, late=False, possible=None):
     pending = sum((g.max_score for g in grades.values() if g.score is None), 0.0)
     score = sum((g.score for g in grades.values() if g.score is not None), 0.0) if not report.error else ""
     max_score = sum(g.max_score for g in grades.values()) if grades else possible
-    total = [student, report.notebook, score, max_score, report.seconds, len(report.repairs), len(report.problems),
-             report.error, pending, flags, int(late)]
+    # A judge's flag (a result bit for bit a forbidden library's) is a red flag for a person, not a broken cell.
+    judged_flags = sum(1 for p in report.problems if p.get("kind") == "flag")
+    total = [student, report.notebook, score, max_score, report.seconds, len(report.repairs),
+             len(report.problems) - judged_flags, report.error, pending, flags + judged_flags, int(late)]
     cells = [[student, report.notebook, g.grade_id, g.kind, g.score, g.max_score,
               g.max_score if g.score is None else 0.0] for g in grades.values()]
     return total, cells

@@ -8,9 +8,15 @@ itself never runs a student's code. There is one zygote per package the kernels 
 copy), environment and memory limit, in each process that runs notebooks, and it dies with that process
 (bubblewrap's --die-with-parent).
 
+Each kernel gets a memory cgroup of its own where the host has them (sandbox.MemoryCgroups): the grader makes it and
+hands the zygote a descriptor of its cgroup.procs, with which the kernel moves itself there before it does anything
+else. The kernel hands back the descriptor of the folder of its sockets (a tmpfs in its own mount namespace): the
+grader's client reaches them through /proc/self/fd/N.
+
 Whatever goes wrong with the kernel server costs speed, never isolation: a zygote that does not start, or a kernel
 of it that does not answer, and the executor starts a kernel as before, in a sandbox of its own.
 """
+import array
 import atexit
 import dataclasses
 import itertools
@@ -20,6 +26,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -27,7 +34,8 @@ import threading
 import time
 from pathlib import Path
 
-from .sandbox import FILES_DO_NOT_FIT, hand_over, kernel_environment, sandbox_command
+from .sandbox import (FILES_DO_NOT_FIT, LOG_BYTES, RUNTIME, RUNTIME_MB, hand_over, kernel_environment,
+                      folder_sizes, memory_cgroups, sandbox_command)
 
 ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding="utf-8")
 
@@ -52,17 +60,20 @@ class KernelServer:
     def __init__(self, limits, env, package, timeout, preload=()):
         """``preload``: modules the zygote imports besides PRELOADED (what one assignment's cells import on first use)."""
         self.base = tempfile.mkdtemp(prefix="kernels-")
-        self.ids, self.lock, self.pending = itertools.count(), threading.Lock(), b""
-        # What the zygote said, kept for every thread: whether it is ready, the kernels it started and their exits.
-        self.ready, self.started, self.exited = False, set(), {}
+        self.ids, self.lock = itertools.count(), threading.Lock()
+        # What the zygote said, kept for every thread: whether it is ready, the kernels it started (each with the
+        # descriptor of its sockets' folder, until a ForkedKernel takes it) and their exits.
+        self.ready, self.started, self.exited = False, {}, {}
         hand_over(self.base)
         command = [sys.executable, "-I", "-c", ZYGOTE_SOURCE, self.base, *PRELOADED, *preload]
         zygote_limits = dataclasses.replace(limits, processes=ZYGOTE_TASKS)
         self.log = open(os.path.join(self.base, "zygote.log"), "w+b")
-        self.process = subprocess.Popen(sandbox_command(command, self.base, self.base, zygote_limits, package),
-                                        cwd=self.base, env=kernel_environment(self.base, env), stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.log, start_new_session=True)
-        os.set_blocking(self.process.stdout.fileno(), False)
+        # A Unix socket, not pipes: descriptors go along (a kernel's cgroup there, its sockets' folder back).
+        self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with theirs:
+            self.process = subprocess.Popen(sandbox_command(command, self.base, self.base, zygote_limits, package),
+                                            cwd=self.base, env=kernel_environment(self.base, env), stdin=theirs,
+                                            stdout=theirs, stderr=self.log, start_new_session=True)
         if not self._wait_for(lambda: self.ready, time.monotonic() + timeout):
             self.close()
             raise ForkServerError("the kernel server did not start")
@@ -78,21 +89,38 @@ class KernelServer:
         return os.path.join(self.base, kernel_id)
 
     def start(self, folder, workdir, limits, env, timeout):
-        """Fork a kernel that runs in ``folder`` (from folder()) on a copy of ``workdir``'s files; its handle."""
+        """Fork a kernel that runs in ``folder`` (from folder()) on a copy of ``workdir``'s files, in a memory cgroup
+        of its own where the host has them; its handle."""
         try:
             _copy_files(workdir, os.path.join(folder, "files"))
             os.mkdir(os.path.join(folder, "work"))
             hand_over(folder)
+            cgroup = memory_cgroups().kernel(limits.memory_mb)
         except (OSError, shutil.Error) as error:
-            raise ForkServerError(f"the kernel's folder could not be made: {error}") from error
+            raise ForkServerError(f"the kernel's folder or cgroup could not be made: {error}") from error
         kernel_id = os.path.basename(folder)
         work = os.path.join(folder, "work")
-        self._send({"start": kernel_id, "env": kernel_environment(work, env), "memory_mb": limits.memory_mb,
-                    "processes": limits.processes, "workdir_mb": limits.workdir_mb,
-                    "files_do_not_fit": FILES_DO_NOT_FIT})
-        if not self._wait_for(lambda: kernel_id in self.started, time.monotonic() + timeout):
+        procs, sizes = [cgroup.open_procs()] if cgroup else [], folder_sizes(limits)
+        try:
+            self._send({"start": kernel_id, "env": kernel_environment(work, env), "memory_mb": limits.memory_mb,
+                        "processes": limits.processes, "workdir_mb": sizes["work"], "tmp_mb": sizes["tmp"],
+                        "shm_mb": sizes["shm"], "runtime": RUNTIME, "runtime_mb": RUNTIME_MB,
+                        "log_bytes": LOG_BYTES, "files_do_not_fit": FILES_DO_NOT_FIT}, procs)
+        finally:
+            for fd in procs:
+                os.close(fd)
+        kernel = ForkedKernel(self, kernel_id, cgroup)
+        if not self._wait_for(lambda: kernel_id in self.started or kernel_id in self.exited,
+                              time.monotonic() + timeout):
+            kernel.kill()
             raise ForkServerError("the kernel server did not answer")
-        return ForkedKernel(self, kernel_id)
+        kernel.sockets_folder = self.started.pop(kernel_id, None)
+        if kernel.sockets_folder is None:   # it ended before its sockets' folder was made
+            kernel.kill()
+            with open(os.path.join(folder, "kernel.log"), "rb") as log:
+                said = log.read()[-2000:].decode(errors="replace").strip()
+            raise ForkServerError(f"the kernel ended as it started: {said or 'no message'}")
+        return kernel
 
     def exit_status(self, kernel_id):
         """The kernel's exit status, or None while it runs (a zygote that died took its kernels along)."""
@@ -119,32 +147,44 @@ class KernelServer:
             os.killpg(self.process.pid, signal.SIGKILL)   # bubblewrap's session: the sandbox and all in it
         self.process.wait()
         self.log.close()
+        self.channel.close()
+        for fd in self.started.values():
+            os.close(fd)
         shutil.rmtree(self.base, ignore_errors=True)
 
-    def _send(self, message):
+    def _send(self, message, fds=()):
         try:
             with self.lock:
-                self.process.stdin.write((json.dumps(message) + "\n").encode())
-                self.process.stdin.flush()
+                socket.send_fds(self.channel, [json.dumps(message).encode()], list(fds))
         except OSError as error:
             raise ForkServerError(f"the kernel server is gone: {error}") from error
 
     def _wait_for(self, said, until):
         """Whether the zygote ``said`` it (a test on what it said) by ``until``."""
         while not said() and time.monotonic() < until and self.alive:
-            select.select([self.process.stdout], [], [], 0.05)
+            select.select([self.channel], [], [], 0.05)
             with self.lock:
                 self._read()
         return said()
 
     def _read(self):
         """Record the zygote's messages that have come."""
-        chunk = self.process.stdout.read() or b""
-        *lines, self.pending = (self.pending + chunk).split(b"\n")
-        for message in map(json.loads, lines):
+        while self.channel.fileno() != -1:
+            try:
+                data, fds = _receive(self.channel, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return   # the zygote is gone: alive says so
+            if not data:
+                return
+            message = json.loads(data)
             self.ready = self.ready or message.get("ready", False)
-            self.started.update([message["started"]] if "started" in message else [])
+            if "started" in message and fds:
+                self.started[message["started"]] = fds.pop(0)
             self.exited.update([(message["exited"], message["status"])] if "exited" in message else [])
+            for fd in fds:
+                os.close(fd)
 
 
 def _copy_files(workdir, target):
@@ -163,17 +203,38 @@ def _copy_files(workdir, target):
     shutil.copytree(workdir, target, symlinks=True, copy_function=link_or_copy, ignore=special)
 
 
-class ForkedKernel:
-    """The process handle of a forked kernel, as the executor uses a Popen's."""
+def _receive(channel, flags=0):
+    """One message and the descriptors that came with it (socket.recv_fds, but with ``flags``: it drops them)."""
+    data, ancillary, _, _ = channel.recvmsg(1 << 20, socket.CMSG_SPACE(4 * array.array("i").itemsize),
+                                            flags | socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
 
-    def __init__(self, server, kernel_id):
-        self.server, self.kernel_id = server, kernel_id
+
+class ForkedKernel:
+    """The process handle of a forked kernel, as the executor uses a Popen's. ``sockets``: the prefix of its sockets'
+    paths, through the descriptor of their folder (in the kernel's own mount namespace) that it handed over."""
+
+    def __init__(self, server, kernel_id, cgroup):
+        self.server, self.kernel_id, self.cgroup, self.sockets_folder = server, kernel_id, cgroup, None
+
+    @property
+    def sockets(self):
+        return f"/proc/self/fd/{self.sockets_folder}/ipc"
 
     def poll(self):
         return self.server.exit_status(self.kernel_id)
 
     def kill(self):
         self.server.kill(self.kernel_id)
+        if self.sockets_folder is not None:
+            os.close(self.sockets_folder)
+            self.sockets_folder = None
+        if self.cgroup:
+            self.cgroup.remove()
 
     @property
     def files_did_not_fit(self):

@@ -2,23 +2,31 @@
 kernel per request, each kept from the others (autograder/kernel_server.py starts it and talks to it).
 
 Never imported: the grader runs this file's text as ``python -I -c <text> <base folder> <module>...``. The
-kernels' folders are under the base folder, the only folder of the host the zygote can write to. It reads
-requests, one JSON object a line, on stdin and answers on stdout:
+kernels' folders are under the base folder, the only folder of the host the zygote can write to. It talks with the
+grader over a Unix socket (SOCK_SEQPACKET, its stdin): one JSON object a message, with file descriptors along:
 
-    {"start": id, "env": {...}, "memory_mb": n, "processes": n, "workdir_mb": n, "files_do_not_fit": status}
-                                                                                    ->  {"started": id}
-    {"kill": id}                                                                    (no answer)
-    and whenever a kernel has ended:                                                {"exited": id, "status": n}
+    {"start": id, "env": {...}, "memory_mb": n, "processes": n, "workdir_mb": n, "tmp_mb": n, "shm_mb": n,
+     "runtime": name, "runtime_mb": n, "log_bytes": n, "files_do_not_fit": status}
+        with the kernel's cgroup.procs, open for writing, if it has a memory cgroup
+                                                            ->  {"started": id}, with its sockets' folder (O_PATH)
+    {"kill": id}                                                (no answer)
+    and whenever a kernel has ended:                            {"exited": id, "status": n}
 
-Each kernel is forked from the zygote, and forks twice more. The first child makes the kernel's user, mount, PID,
-network, IPC and UTS namespaces, sets its task limit there (counted in that namespace: a kernel that spends its
-tasks leaves the others theirs) and waits for the second, PID 1 of the new PID namespace, so that everything the
-kernel starts dies with it. The second mounts a private /tmp and /dev/shm, brings the loopback interface up, puts
-a capped tmpfs on its work folder and copies the submission's files into it, hides the other kernels' folders,
-covers /proc but for the files about the machine (a procfs of its own cannot be mounted in the sandbox: EPERM),
-drops every capability and forks the kernel, PID 2, which starts ipykernel. A step that fails ends the kernel
-before it answers: the grader sees a kernel that did not start.
+Each kernel is forked from the zygote, and forks twice more. The first child moves itself into the kernel's memory
+cgroup (the grader's descriptor lets it; before anything else, so that all the kernel holds counts there), makes
+the kernel's user, mount, PID, network, IPC and UTS namespaces, sets its task limit there (counted in that
+namespace: a kernel that spends its tasks leaves the others theirs) and waits for the second, PID 1 of the new PID
+namespace, so that everything the kernel starts dies with it. The second mounts a private /tmp and /dev/shm,
+hides the other kernels' folders, mounts a small tmpfs on the folder for the kernel's sockets and makes the rest
+of its folder (its connection file) read-only: nothing the kernel can write is on the host's disk. It covers /proc
+but for the files about the machine (a procfs of its own cannot be mounted in the sandbox: EPERM), hands the
+sockets' folder to the zygote, which hands it to the grader (the grader reaches the sockets through
+/proc/self/fd/N), brings the loopback interface up, puts a capped tmpfs on its work folder and copies the
+submission's files into it, drops every capability and forks the kernel, PID 2, which starts ipykernel. All of them
+write their stdout and stderr into a pipe that the zygote copies to the kernel's log, ``log_bytes`` at most. A step
+that fails ends the kernel: the grader sees a kernel that did not start.
 """
+import array
 import ctypes
 import fcntl
 import importlib
@@ -37,6 +45,8 @@ from pathlib import Path
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 1, 32, 4096, 8192, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 2, 4, 8, 1024, 2048, 1 << 21
+CHANNEL = 0   # the socket to the grader
 PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, LINUX_CAPABILITY_VERSION_3 = 1, 24, 38, 0x20080522
 MACHINE_FILES = ("cpuinfo", "meminfo", "stat")   # about the machine, none about a process; torch reads cpuinfo
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP, IFREQ = 0x8913, 0x8914, 1, "16sh22x"   # struct ifreq: a name and flags
@@ -71,9 +81,9 @@ def _die_with_parent(libc, alive):
         os._exit(1)
 
 
-def _own_namespaces(libc, request):
+def _own_namespaces(libc, request, report):
     """Namespaces of the kernel's own; returns in the kernel, PID 1 of its PID namespace, while this process
-    waits for it and ends with it."""
+    waits for it and ends with it (``report``: a descriptor only PID 1 keeps)."""
     uid, gid = os.getuid(), os.getgid()
     _call(libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
           "unshare")
@@ -84,6 +94,7 @@ def _own_namespaces(libc, request):
     child = os.fork()
     if child:
         os.close(alive)
+        os.close(report)
         _, status = os.waitpid(child, 0)
         os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
     os.close(holding)
@@ -115,24 +126,41 @@ def _mounts_under(folder, leaving_out):
 
 
 def _private_mounts(libc, base, own, request):
-    """A private /tmp and /dev/shm, of the kernels' folders only its own, and /proc covered. What the sandbox
-    bound under /tmp is held aside while /tmp is covered, and bound back (read-only as it was)."""
-    scratch = max(request["memory_mb"] // 4, 1)   # as the sandbox's /tmp: in memory, outside the address-space limit
+    """A private /tmp and /dev/shm, of the kernels' folders only its own, read-only but for a tmpfs for its sockets,
+    and /proc covered. What the sandbox bound under /tmp is held aside while /tmp is covered, and bound back
+    (read-only as it was)."""
     kept = [own] + _mounts_under("/tmp", base)
     _mount(libc, "none", "/", flags=MS_REC | MS_PRIVATE)
-    _tmpfs(libc, "/dev/shm", scratch)
+    _tmpfs(libc, "/dev/shm", request["shm_mb"])   # in memory, outside the address-space limit: capped (sandbox.py)
     held = [f"/dev/shm/.held{number}" for number in range(len(kept))]
     for path, place in zip(kept, held):
         os.mkdir(place)
         _mount(libc, path, place, flags=MS_BIND | MS_REC)
-    _tmpfs(libc, "/tmp", scratch)
+    _tmpfs(libc, "/tmp", request["tmp_mb"])
     if os.path.isdir(base):                               # still in sight when it is not under /tmp
         _tmpfs(libc, base, 1, mode="755")
     for path, place in zip(kept, held):
         os.makedirs(path, exist_ok=True)
         _mount(libc, place, path, flags=MS_MOVE)
         os.rmdir(place)
+    _tmpfs(libc, os.path.join(own, request["runtime"]), request["runtime_mb"], mode="700")
+    _read_only(libc, own)   # its connection file and its log: the host's disk, which the kernel never writes
     _cover_proc(libc)
+
+
+def _read_only(libc, path):
+    """The mount at ``path`` made read-only, with the flags the sandbox locked on it kept (or the kernel refuses)."""
+    flags = os.statvfs(path).f_flag
+    kept = flags & (MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME)   # ST_* and MS_* agree on these
+    _mount(libc, "none", path, flags=MS_REMOUNT | MS_BIND | MS_RDONLY | kept | (MS_RELATIME if flags & 4096 else 0))
+
+
+def _hand_over_sockets(own, request, report):
+    """The folder for the kernel's sockets, to the zygote (and on to the grader), over ``report`` (closed here)."""
+    folder = os.open(os.path.join(own, request["runtime"]), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    with socket.socket(fileno=report) as channel:
+        socket.send_fds(channel, [b"sockets"], [folder])
+    os.close(folder)
 
 
 def _cover_proc(libc):
@@ -191,19 +219,24 @@ def _init_of_namespace():
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
-def _kernel(base, request, zygote_alive):
-    """In the first child: set up the kernel's isolation, then run ipykernel (never returns)."""
+def _kernel(base, request, zygote_alive, log, report, cgroup):
+    """In the first child: set up the kernel's isolation, then run ipykernel (never returns). ``log``: the pipe to
+    its log; ``report``: the socket its sockets' folder goes back on; ``cgroup``: its cgroup.procs, or None."""
     libc = _libc()
     own = os.path.join(base, request["start"])
-    log = os.open(os.path.join(own, "kernel.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
-    for fd, target in ((null, 0), (log, 1), (log, 2)):    # never the zygote's pipes to the grader
+    for fd, target in ((null, 0), (log, 1), (log, 2)):    # never the zygote's socket to the grader
         os.dup2(fd, target)
-    _die_with_parent(libc, zygote_alive)
-    for fd in (null, log, zygote_alive):
+    for fd in (null, log):
         os.close(fd)
-    _own_namespaces(libc, request)
+    if cgroup is not None:   # first, so that all the kernel's processes and all they hold count there
+        os.write(cgroup, b"0")
+        os.close(cgroup)
+    _die_with_parent(libc, zygote_alive)
+    os.close(zygote_alive)
+    _own_namespaces(libc, request, report)
     _private_mounts(libc, base, own, request)
+    _hand_over_sockets(own, request, report)
     _loopback_up()
     work = _fill_work_folder(libc, own, request["workdir_mb"], request["files_do_not_fit"])
     memory = request["memory_mb"] * 2**20
@@ -220,53 +253,120 @@ def _kernel(base, request, zygote_alive):
     os._exit(0)
 
 
+class _Running:
+    """A kernel the zygote started: its id, its log (a file on the host's disk, of ``limit`` bytes at most) and the
+    pipe it writes it through, the socket its sockets' folder comes on, and how much of its log is written."""
+
+    def __init__(self, kernel_id, log, limit, pipe, report):
+        self.id, self.log, self.limit, self.pipe, self.report, self.logged = kernel_id, log, limit, pipe, report, 0
+
+    def fds(self):
+        return [fd for fd in (self.log, self.pipe, self.report) if fd is not None]
+
+
 class Zygote:
     def __init__(self, base):
-        self.base, self.kernels, self.pending = base, {}, b""   # kernels: first child's pid -> id
+        self.base, self.kernels = base, {}   # kernels: first child's pid -> _Running
         # Held open here only: a kernel forked before the zygote died sees EOF on it, and stops.
         self.alive, self.holding = os.pipe()
+        self.channel = socket.socket(fileno=CHANNEL)
 
     def serve(self):
         while True:
-            if select.select([0], [], [], 0.05)[0]:
-                chunk = os.read(0, 65536)
-                if not chunk:
-                    return   # the grader is gone
-                *lines, self.pending = (self.pending + chunk).split(b"\n")
-                for line in lines:
-                    self.handle(json.loads(line))
+            owners = {fd: kernel for kernel in self.kernels.values() for fd in (kernel.pipe, kernel.report) if fd}
+            for fd in select.select([CHANNEL, *owners], [], [], 0.05)[0]:
+                if fd == CHANNEL:
+                    data, fds = _receive(self.channel)
+                    if not data:
+                        return   # the grader is gone
+                    self.handle(json.loads(data), fds)
+                elif fd == owners[fd].pipe:
+                    self.copy_log(owners[fd])
+                else:
+                    self.pass_sockets(owners[fd])
             self.reap()
 
-    def handle(self, request):
+    def handle(self, request, fds):
         if "kill" in request:
-            for pid, kernel_id in self.kernels.items():
-                if kernel_id == request["kill"]:
+            for pid, kernel in self.kernels.items():
+                if kernel.id == request["kill"]:
                     os.kill(pid, signal.SIGKILL)
             return
+        own = os.path.join(self.base, request["start"])
+        log = os.open(os.path.join(own, "kernel.log"), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        pipe, writer = os.pipe()
+        report, theirs = (s.detach() for s in socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET))
         pid = os.fork()
         if pid == 0:
-            os.close(self.holding)
+            # Of the zygote's descriptors, only what this kernel needs (the socket to the grader goes in _kernel).
+            for fd in [self.holding, log, pipe, report] + [fd for k in self.kernels.values() for fd in k.fds()]:
+                os.close(fd)
             try:
-                _kernel(self.base, request, self.alive)
+                _kernel(self.base, request, self.alive, writer, theirs, fds[0] if fds else None)
             except BaseException as error:   # noqa: BLE001 -- anything: the kernel must not start, and says why
                 print(f"the kernel's isolation could not be set up: {error!r}", file=sys.stderr, flush=True)
             os._exit(1)
-        self.kernels[pid] = request["start"]
-        _say({"started": request["start"]})
+        for fd in [writer, theirs, *fds]:
+            os.close(fd)
+        os.set_blocking(pipe, False)
+        self.kernels[pid] = _Running(request["start"], log, request["log_bytes"], pipe, report)
+
+    def copy_log(self, kernel):
+        """What the kernel wrote since, into its log while it is within its limit, else dropped."""
+        while kernel.pipe is not None:
+            try:
+                chunk = os.read(kernel.pipe, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                os.close(kernel.pipe)
+                kernel.pipe = None
+                return
+            if kernel.logged < kernel.limit:
+                kernel.logged += os.write(kernel.log, chunk[:kernel.limit - kernel.logged])
+
+    def pass_sockets(self, kernel):
+        """The kernel's sockets' folder, on to the grader: the kernel has started."""
+        channel = socket.socket(fileno=kernel.report)
+        try:
+            _, fds = _receive(channel)
+        finally:
+            channel.close()
+            kernel.report = None
+        if fds:
+            _say({"started": kernel.id}, fds)
+            os.close(fds[0])
 
     def reap(self):
         while self.kernels:
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 return
-            _say({"exited": self.kernels.pop(pid), "status": os.waitstatus_to_exitcode(status)})
+            kernel = self.kernels.pop(pid)
+            self.copy_log(kernel)   # its last words: all its processes are gone
+            for fd in kernel.fds():
+                os.close(fd)
+            _say({"exited": kernel.id, "status": os.waitstatus_to_exitcode(status)})
 
 
-def _say(message):
-    os.write(1, (json.dumps(message) + "\n").encode())
+def _receive(channel, flags=0):
+    """One message and the descriptors that came with it (socket.recv_fds, but with ``flags``: it drops them)."""
+    data, ancillary, _, _ = channel.recvmsg(1 << 20, socket.CMSG_SPACE(4 * array.array("i").itemsize),
+                                            flags | socket.MSG_CMSG_CLOEXEC)
+    fds = array.array("i")
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+def _say(message, fds=()):
+    with socket.socket(fileno=os.dup(CHANNEL)) as channel:
+        socket.send_fds(channel, [json.dumps(message).encode()], list(fds))
 
 
 def main(base, modules):
+    os.dup2(2, 1)   # what a module prints goes to the zygote's log, never to the grader
     for name in modules:
         try:
             importlib.import_module(name)

@@ -1,6 +1,6 @@
 """One submission cannot break the batch (`python -m autograder grade`): links in a submission are never
-followed, oversized files are never read, the kernel's work folder is capped, and a submission the grader
-cannot prepare is an error for that student only. Everybody else is graded and recorded.
+followed, oversized files are never read, the kernel's work folder is capped, its connection folder is read-only,
+and a submission the grader cannot prepare is an error for that student only. Everybody else is graded and recorded.
 
 One small assignment, one grading run: the students who run a kernel all hand in the solutions, so each must
 get full marks; the two whose notebook cannot be used get 0 and a one-line reason.
@@ -35,7 +35,13 @@ LOOK = ("import os\nfound = [name for name in os.listdir('.') if os.path.isfile(
 FILL = ("written = 0\ntry:\n    with open('filler.bin', 'wb') as out:\n        while written < 2**30:\n"
         "            out.write(bytes(2**20))\n            written += 2**20\n    print('WROTE', written // 2**20)\n"
         "except OSError as error:\n    print('STOPPED', written // 2**20, error.errno)")
-GRADED = ["good", "dangling", "linker", "hoarder", "writer"]      # their notebooks run: full marks each
+# Tries 1 GiB in the kernel's connection folder (on the host's disk; the kernel sees it read-only), then fails.
+SPILL = ("import os\nfrom ipykernel.kernelapp import IPKernelApp\n"
+         "folder = os.path.dirname(IPKernelApp.instance().connection_file)\nwritten = 0\ntry:\n"
+         "    with open(os.path.join(folder, 'spill.bin'), 'wb') as out:\n        while written < 2**30:\n"
+         "            out.write(bytes(2**20))\n            written += 2**20\n    print('SPILLED', written // 2**20, 0)\n"
+         "except OSError as error:\n    print('SPILLED', written // 2**20, error.errno)\n    raise")
+GRADED = ["good", "dangling", "linker", "hoarder", "writer", "spiller"]   # their notebooks run: full marks each
 REFUSED = ["impostor", "borrower"]                               # their notebook is a link: nothing to grade
 
 
@@ -66,6 +72,7 @@ def course(tmp_path_factory):
     os.symlink(source.parent, linker / "peek")                 # and its folder
     sparse(submit(course, "hoarder", answers) / "weights.bin")
     submit(course, "writer", answers, FILL)
+    submit(course, "spiller", answers, SPILL)
     impostor = course.path("submitted", "impostor")
     impostor.parent.mkdir(parents=True)
     os.symlink(source, impostor)                               # would grade the instructor's solutions
@@ -74,8 +81,8 @@ def course(tmp_path_factory):
     result = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--workers", "2"],
                             cwd=course.root, env=GRADING_ENV, capture_output=True, text=True, timeout=600)
     # the two whose folder is a link cannot be graded: the run says so and exits 1, the others are graded
-    assert result.returncode == 1 and "5 graded, 2 failed: borrower, impostor" in result.stdout, \
-        f"the grader should grade 5 and fail 2:\n{result.stdout}\n{result.stderr}"
+    assert result.returncode == 1 and "6 graded, 2 failed: borrower, impostor" in result.stdout, \
+        f"the grader should grade 6 and fail 2:\n{result.stdout}\n{result.stderr}"
     return course
 
 
@@ -136,6 +143,12 @@ def test_writing_past_the_cap_fails_in_the_kernel(course):
     assert line.startswith("STOPPED"), line     # "WROTE 1024": the whole GiB went to the host's disk
     _, megabytes, errno = line.split()
     assert int(megabytes) <= Limits.workdir_mb and int(errno) == 28    # ENOSPC, in the kernel's tmpfs
+
+
+def test_the_kernels_connection_folder_is_read_only(course):
+    """The folder of its connection file is on the host's disk: the kernel cannot write there (its sockets are in a
+    tmpfs of their own), the cell fails, and the notebook is graded (test_every_other_student_...)."""
+    assert printed(course, "spiller", "SPILLED") == "SPILLED 0 30"     # EROFS: nothing reached the disk
 
 
 def test_listing_and_fingerprint_read_no_link_and_no_oversized_file(tmp_path):

@@ -1,21 +1,25 @@
 """The sandboxed executor (autograder/execute.py, autograder/sandbox.py) against hostile notebooks.
 
-Each notebook is small, and so are the limits: the whole file runs in about 80 seconds on two busy cores.
+Each notebook is small, and so are the limits: the whole file runs in about two minutes on two busy cores.
 """
 import concurrent.futures
+import copy
 import dataclasses
 import os
 import socket
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 
+import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from autograder import kernel_server
 from autograder.execute import KernelStartError, execute_notebook
-from autograder.sandbox import Limits, sandbox_available
+from autograder.sandbox import LOG_BYTES, Limits, memory_accounting, memory_cgroups, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
                                  "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),
@@ -351,3 +355,150 @@ def test_a_forked_kernel_sees_what_the_sandbox_bound_under_tmp(tmp_path, monkeyp
                                        "open(mirror + '/mine', 'w')")
     assert text(executed.cells[0]) == "True ein Satz\n", errors(executed.cells[0])
     assert errors(executed.cells[0])[0][0] == "OSError", "the kernel could write into a read-only folder"
+
+
+# ----------------------------------------------------------------------------- every limit holds
+
+# Each tries a way past the output cap: one big output of each kind, many small ones, outputs cleared and sent again
+# (errors stay through a clear), errors sent past ipykernel, and text the notebook's file stores larger than it is
+# (a line break: a line of its own; a control character: six bytes; a euro sign: three).
+OUTPUT_ROUTES = {
+    "a huge traceback": "raise ValueError('x' * 4_000_000)",
+    "display metadata": "display({'text/plain': 'x'}, raw=True, metadata={'m': 'y' * 4_000_000})",
+    "many displays": "for _ in range(3000):\n    display({'text/plain': 'x' * 100}, raw=True, metadata={'m': 'y' * 1000})",
+    "clear_output(wait=True)": "from IPython.display import clear_output\nfor _ in range(50):\n    print('x' * 15_000)\n"
+                               "    clear_output(wait=True)\nprint('end')",
+    "errors through clears": "from IPython.display import clear_output\npub = get_ipython().display_pub\n"
+                             "for _ in range(40):\n    pub.session.send(pub.pub_socket, 'error', {'ename': 'E', 'evalue': "
+                             "'v' * 1000, 'traceback': ['t' * 5000]}, parent=pub.parent_header, ident=pub.topic)\n"
+                             "    clear_output()",
+    "execute_result": "'x' * 4_000_000",
+    "line breaks": "print('\\n' * 19_000)",
+    "control characters": "print('\\x01' * 19_000)",
+    "non-ASCII": "print('\\u20ac' * 19_000)",
+    "an error the reply carries": "get_ipython().showtraceback = lambda *a, **k: None\nraise ValueError('x' * 4_000_000)",
+}
+# A judged test cell whose probe prints near the cap and whose judge prints 19,000 line breaks and fails: the
+# grader's verdict comes on top of the kernel's outputs.
+JUDGED = new_code_cell(
+    "from transformer_course.probing import run_test\n\ndef probe():\n    print('p' * 15_000)\n    return 1\n\n"
+    "def judge(data):\n    print('\\n' * 19_000)\n    assert False, 'the judge says no. ' * 20\n\nrun_test(probe, judge)",
+    metadata={"nbgrader": {"grade": True, "solution": False, "locked": True, "grade_id": "test_cap", "points": 1,
+                           "schema_version": 3}})
+
+
+def stored_bytes(cell):
+    """What a cell's outputs take in the notebook's file."""
+    empty = copy.deepcopy(cell)
+    empty.outputs = []
+    return len(nbformat.writes(new_notebook(cells=[cell])).encode()) - len(nbformat.writes(
+        new_notebook(cells=[empty])).encode())
+
+
+def test_no_route_takes_a_cells_outputs_past_the_cap(tmp_path):
+    """Every output kind counts, as the notebook's file stores it, the grader's own messages included."""
+    limits = dataclasses.replace(LIMITS, cell_timeout=20)
+    executed, _ = run(tmp_path, "alive = 'alive'", *OUTPUT_ROUTES.values(), JUDGED, "print(alive)", limits=limits)
+    cells = executed.cells[1:-1]
+    sizes = {name: stored_bytes(cell) for name, cell in zip([*OUTPUT_ROUTES, "a judged cell"], cells)}
+    assert all(size <= LIMITS.output_bytes for size in sizes.values()), sizes
+    assert stored_bytes(executed.cells[-1]) < 200 and text(executed.cells[-1]) == "alive\n"
+    assert errors(cells[-1])[-1] == ("AssertionError", "the judge says no. " * 20), "the judge's verdict was cut"
+    for name in ("a huge traceback", "display metadata", "execute_result", "line breaks"):
+        assert errors(cells[list(OUTPUT_ROUTES).index(name)])[-1][0] == "OutputLimitExceeded", name
+    assert errors(cells[list(OUTPUT_ROUTES).index("an error the reply carries")])[0][0] == "ValueError"
+
+
+SPILL = """
+import os, sys
+from ipykernel.kernelapp import IPKernelApp
+folder = os.path.dirname(IPKernelApp.instance().connection_file)
+log = sys.stdout._original_stdstream_copy   # the kernel's own stdout, before ipykernel took it: its log
+chunk = bytes(2**20)
+for _ in range(1024):                        # 1 GiB to its log: copied LOG_BYTES at most
+    os.write(log, chunk)
+spilled = {}
+for name, path in (('connection folder', os.path.join(folder, 'spill.bin')), ('log', os.path.join(folder, 'kernel.log')),
+                   ('sockets', os.path.join(folder, 'run', 'spill')), ('IPython', os.environ['IPYTHONDIR'] + '/spill')):
+    written = 0
+    try:
+        with open(path, 'ab') as out:
+            while written < 2**30:
+                out.write(chunk)
+                written += 2**20
+    except OSError as error:
+        spilled[name] = (written >> 20, error.errno)
+print(spilled)
+os.remove(os.environ['IPYTHONDIR'] + '/spill')   # IPython keeps its history there
+open(os.path.join(folder, 'spill.bin'), 'wb')
+"""
+
+
+def _disk_use(folder):
+    """Bytes that the files under ``folder`` take on the disk."""
+    total = 0
+    for parent, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_blocks * 512
+            except OSError:
+                pass
+    return total
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked kernel", "kernel of its own"])
+def test_the_kernels_folders_never_reach_the_hosts_disk(tmp_path, monkeypatch, fork):
+    """A cell writes 1 GiB to its log and tries a GiB in each folder of the kernel's: its connection folder is
+    read-only, its sockets' and IPython's folders are small tmpfs, the log on the host takes LOG_BYTES at most.
+    The host's disk use does not grow, the cell fails, the next cell runs."""
+    host = tmp_path / "host"     # the kernels' folders on the host (a kernel server of this test's own)
+    host.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(host))
+    most, running = [0], threading.Event()
+
+    def watch():
+        while not running.is_set():
+            most[0] = max(most[0], _disk_use(host))
+            time.sleep(0.02)
+    watcher = threading.Thread(target=watch)
+    free = os.statvfs(host).f_bavail * os.statvfs(host).f_frsize
+    watcher.start()
+    try:
+        executed, problems = run(tmp_path, "a = 'alive'", SPILL, "print(a)", fork=fork,
+                                 limits=dataclasses.replace(LIMITS, cell_timeout=60), env={"TEST_SPILL": "1"})
+    finally:
+        running.set()
+        watcher.join()
+    spilled = eval(text(executed.cells[1]))   # where: (MB written, errno)
+    assert spilled["connection folder"] == spilled["log"] == (0, 30), spilled     # read-only: EROFS
+    assert spilled["sockets"][1] == spilled["IPython"][1] == 28, spilled           # a full tmpfs: ENOSPC
+    assert spilled["sockets"][0] <= 1 and spilled["IPython"][0] <= LIMITS.memory_mb // 4, spilled
+    assert errors(executed.cells[1])[0][0] == "OSError" and text(executed.cells[2]) == "alive\n"
+    assert most[0] < LOG_BYTES + 2**20, f"the kernels' folders took {most[0]} bytes of the host's disk"
+    assert os.statvfs(host).f_bavail * os.statvfs(host).f_frsize > free - 2**29, "the host's disk filled up"
+    assert problems == []
+
+
+MEMFD = ("import os\nfd = os.memfd_create('hold')\nos.ftruncate(fd, 4 * 2**30)\nheld = 0\n"
+         "while held < 2 * 2**30:\n    held += os.write(fd, bytes(2**24))\nprint('HELD', held >> 20)")
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked kernel", "kernel of its own"])
+def test_memory_held_outside_the_address_space_counts(tmp_path, fork):
+    """2 GiB written to a memfd (none of it in the address space) under a 1.5 GiB limit: the kernel's memory cgroup
+    counts it, the kernel dies, the grader starts a new one and runs the rest."""
+    cgroups = memory_cgroups()
+    if cgroups.group is None:
+        pytest.skip(f"no memory cgroup per kernel on this machine ({cgroups.problem}): {memory_accounting()}")
+    limits = dataclasses.replace(LIMITS, memory_mb=1536, cell_timeout=60)
+    executed, problems = run(tmp_path, "a = 1", MEMFD, "print(a + 1)", limits=limits, fork=fork)
+    assert "HELD" not in text(executed.cells[1]) and errors(executed.cells[1])[-1][0] == "KernelDied"
+    assert text(executed.cells[2]) == "2\n"
+    assert [(p.index, p.kind) for p in problems] == [(1, "kernel-died")]
+    assert list(cgroups.group.iterdir()) == [] or not list(cgroups.group.glob("k*")), "a kernel's cgroup was left"
+
+
+def test_the_grader_says_how_memory_is_counted():
+    cgroups = memory_cgroups()
+    line = memory_accounting()
+    assert "\n" not in line and ("NO memory cgroup" in line) == (cgroups.group is None), line
