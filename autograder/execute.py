@@ -130,16 +130,26 @@ class _Kernel:
             if time.monotonic() >= until:
                 return "timeout"
             message = _next(self.client.get_iopub_msg, 0.05)
+            if message is UNREADABLE:
+                return self._unreadable()
             if message and message["parent_header"].get("msg_id") == msg_id:
                 if message["msg_type"] == "status":
                     idle = idle or message["content"]["execution_state"] == "idle"
                 elif on_output is not None and not on_output(message):
                     return "output-limit"
             message = _next(self.client.get_shell_msg, 0)
+            if message is UNREADABLE:
+                return self._unreadable()
             if message and message["parent_header"].get("msg_id") == msg_id:
                 self.reply = message["content"]
         self.pending = None
         return "ok" if self.reply["status"] == "ok" else "error"
+
+    def _unreadable(self):
+        """A kernel that sent what the grader cannot read is of no more use: it is killed, and the cell fails as if
+        the kernel had died (the grader starts a new one and re-runs the cells that had worked)."""
+        self.process.kill()
+        return "died"
 
     def interrupt(self, grace):
         """Interrupt the running request, and wait ``grace`` seconds for it to stop (outputs dropped)."""
@@ -219,11 +229,16 @@ def _new_process(connection_file, workdir, limits, env, sandbox, package, log):
     return process
 
 
+UNREADABLE = object()   # a message the grader could not read
+
+
 def _next(get, timeout):
     try:
         return get(timeout=timeout)
     except Empty:
         return None
+    except Exception:   # a bad signature, broken framing: what the kernel sent cannot be trusted or read
+        return UNREADABLE
 
 
 class _Outputs:
