@@ -194,6 +194,7 @@ class LocalPool:
         self.context = context
         self.executor = self._executor()
         self.jobs, self.arguments, self.retries = {}, {}, collections.Counter()
+        self.isolated = []   # the one-worker pools of jobs sent again after a worker died
 
     def _executor(self):
         return concurrent.futures.ProcessPoolExecutor(self.workers, mp_context=self.context, initializer=os.nice,
@@ -211,8 +212,8 @@ class LocalPool:
     def completed(self, wait=True):
         """(student, future) as each finishes; ``future.result()`` raises what the task raised. Without
         ``wait``, only those finished already. A worker that dies (killed for memory, say) breaks the pool and
-        every job running in it: those are sent again, up to RETRIES times each, so that one submission that kills
-        its worker fails alone, with the reason, and the others are graded."""
+        every job running in it: those are sent again, each in a worker of its own, up to RETRIES times, so that one
+        submission that kills its worker fails alone, with the reason, and the others are graded."""
         while self.jobs:
             done = [f for f in self.jobs if f.done()]
             if not done:
@@ -224,13 +225,22 @@ class LocalPool:
                 student = self.jobs.pop(future)
                 if isinstance(future.exception(), BrokenProcessPool) and self.retries[student] < self.RETRIES:
                     self.retries[student] += 1
-                    self.submit(student, *self.arguments[student])
+                    self._isolated(student)
                 else:
                     self.arguments.pop(student, None)
                     yield student, _explained(future)
 
+    def _isolated(self, student):
+        """Send again a job whose worker died, in a worker of its own: if it was the one that killed it, it dies alone
+        this time, and the jobs that died with it the first time are graded."""
+        pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=self.context, initializer=os.nice,
+                                                      initargs=(WORKER_NICENESS,))
+        self.isolated.append(pool)
+        self.jobs[pool.submit(self.task, *self.arguments[student])] = student
+
     def close(self):
-        self.executor.shutdown(cancel_futures=True)
+        for pool in [self.executor, *self.isolated]:
+            pool.shutdown(cancel_futures=True)
 
 
 def _explained(future):

@@ -86,14 +86,23 @@ class _Kernel:
         self.client = BlockingKernelClient(connection_file=connection_file)
         self.client.load_connection_file()
         self.client.ip = self.process.sockets   # the same sockets, as the grader reaches them (sandbox.py)
-        self.client.start_channels(stdin=False, hb=False)
         self.pending = None  # the request the kernel has not finished yet
         self.reply = None    # the content of the last reply
         try:
-            self._wait_until_ready(until)
+            self._connect(until)
         except KernelStartError:
             self.close()
             raise
+
+    def _connect(self, until):
+        """Open the channels and wait for the kernel; a failure to connect (a socket's path over the system's limit
+        of about 107 bytes, say) is a KernelStartError, never a kernel left running."""
+        try:
+            self.client.start_channels(stdin=False, hb=False)
+        except Exception as error:   # zmq's errors: the grader's environment, not the submission
+            raise KernelStartError(f"the grader could not connect to the kernel ({error}): is TMPDIR a long path? "
+                                   "The kernel's sockets live under it") from None
+        self._wait_until_ready(until)
 
     def _wait_until_ready(self, until):
         """Until a kernel_info request is answered on the shell *and* the IOPub channel: then IOPub's

@@ -47,7 +47,7 @@ PRELOADED = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.back
              "torch.nn", "torch.nn.functional", "transformer_course", "transformer_course.plotting",
              "transformer_course.testing", "transformer_course.probing", "transformer_course.oracles")
 ZYGOTE_TASKS = 4096        # the zygote's own limit counts its kernels' tasks too; each kernel has its own below it
-SERVERS_KEPT = 2           # zygotes kept per process (one per assignment being graded: a few hundred MB each)
+MAX_SERVERS = 2           # zygotes kept per process (one per assignment being graded: a few hundred MB each)
 
 
 class ForkServerError(RuntimeError):
@@ -269,7 +269,7 @@ def server_for(limits, env, package, timeout, preload=()):
             # handlers do not run in multiprocessing's worker processes; its finalizers registered there do.
             multiprocessing.util.Finalize(server, server.close, exitpriority=0)
         _servers[key] = server
-        while len(_servers) > SERVERS_KEPT:
+        while len(_servers) > MAX_SERVERS:
             _servers.pop(next(iter(_servers))).close()
         return server
 
