@@ -227,3 +227,35 @@ def test_a_result_bit_for_bit_the_librarys_is_flagged_for_a_person_not_failed():
     assert all(v.passed for v in verdicts)
     assert verdicts[0].flags == ["its results on the secret inputs are bit-identical to F.layer_norm's"]
     assert verdicts[1].flags == []
+
+
+# ----------------------------------------------------------------------------- what a judge never reads
+
+def test_probe_data_that_would_swell_in_the_judge_is_refused_unread():
+    import struct
+
+    def saved(value):
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        return buffer.getvalue()
+
+    with pytest.raises(probing.ProbeDataError, match="not dense"):
+        probing.unpack(saved(torch.zeros(1).expand(2**22, 2**22)))         # 4 bytes standing for 64 TB
+    shared = [0]
+    for _ in range(30):
+        shared = [shared, shared]                                           # 1.5 kB, 2**30 values once copied
+    with pytest.raises(probing.ProbeDataError, match="values"):
+        probing.unpack(saved(shared))
+    data = bytearray(saved({"a": torch.randn(10)}))
+    first = zipfile.ZipFile(io.BytesIO(bytes(data))).infolist()[0].header_offset
+    directory = data.rfind(b"PK\x01\x02")
+    data[directory + 42:directory + 46] = struct.pack("<I", first)         # two records over one block
+    with pytest.raises(probing.ProbeDataError, match="overlapping"):
+        probing.unpack(bytes(data))
+    assert probing.unpack(saved(torch.ones(1, 1, 0, 0).bool())).shape == (1, 1, 0, 0)   # empty is fine
+
+
+def test_an_exception_reaches_a_page_only_in_a_short_checked_form():
+    raised = probing.Raised("ValueErrorCarrying" + "x" * 60, "line one\x1b[31m\n" + "y" * 500)
+    assert raised.type_name == "Exception" and raised.first_line == "line one?[31m"
+    assert len(raised.message) <= probing.MAX_MESSAGE
