@@ -243,7 +243,7 @@ def test_the_courses_own_messages_are_shown_whole():
     and no message of the tests, the oracles or the refusals has a run without a space that the page would remove."""
     from autograder.stripped import _message, registry
 
-    notebooks, finished = registry()[:2]
+    notebooks, finished = registry().notebooks, registry().finished
     for assignment in notebooks:
         for exercise, pieces in finished.items():
             for position, (module, name) in enumerate(piece.split(".") for piece in pieces):

@@ -77,7 +77,7 @@ def test_a_copy_is_built_once_per_assignment_and_source():
 
 def test_the_registry_matches_the_notebooks_and_the_package():
     """NOTEBOOKS lists each notebook's answer cells; FINISHED names each exercise's pieces, all in the package."""
-    notebooks, finished = registry()[:2]
+    notebooks, finished = registry().notebooks, registry().finished
     assert set(finished) == {e for exercises in notebooks.values() for e in exercises}
     for assignment, exercises in notebooks.items():
         solution = nbformat.read(SOLUTIONS / assignment / f"{assignment}.ipynb", as_version=4)
@@ -101,7 +101,7 @@ def _bodies(node):
 def test_every_finished_exercise_of_the_notebook_and_the_later_ones_is_withheld(assignment):
     """Nothing kept: each exercise of the notebook and of the later ones has its answer withheld, and its helpers
     too unless an earlier notebook's finished part needs them; what is withheld only raises NotImplementedError."""
-    notebooks, finished = registry()[:2]
+    notebooks, finished = registry().notebooks, registry().finished
     order = list(notebooks)
     later = {e for a in order[order.index(assignment):] for e in notebooks[a]}
     needed_earlier = {tuple(p.split(".")) for e, pieces in finished.items() if e not in later for p in pieces}
