@@ -34,16 +34,17 @@ def apply_rope(x: torch.Tensor, positions=None, base: float = 10000.0) -> torch.
     alone.
 
     The angles are computed in float64 (a position of a few thousand times a frequency near 1 loses digits in
-    float32) on the CPU, since some devices (Apple's MPS) have no float64; only the cosines and sines, cast
-    to x.dtype, go to x's device.
+    float32) on x's device, or on the CPU where the device has no float64 (Apple's MPS); the cosines and sines
+    are cast to x.dtype. (Built on the CPU and copied to a GPU, they would make every call wait for the GPU.)
     """
     d = x.size(-1)
     if d % 2:
         raise ValueError(f"the last dimension must be even (rotations act on pairs), got {d}")
+    where = torch.device("cpu") if x.device.type == "mps" else x.device
     if positions is None:
-        positions = torch.arange(x.size(-2))
-    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)                      # [d/2], on the CPU
-    angle = positions.detach().to(device="cpu", dtype=torch.float64).unsqueeze(-1) * omega  # [T, d/2], float64
+        positions = torch.arange(x.size(-2), device=where)
+    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=where) / d)          # [d/2]
+    angle = positions.detach().to(device=where, dtype=torch.float64).unsqueeze(-1) * omega   # [T, d/2], float64
     cos = torch.cos(angle).to(device=x.device, dtype=x.dtype)
     sin = torch.sin(angle).to(device=x.device, dtype=x.dtype)
     even, odd = x[..., 0::2], x[..., 1::2]

@@ -54,7 +54,7 @@ class CausalSelfAttention(MultiHeadAttention):
     def forward(self, x, cache=None):
         q, k, v = (split_heads(y, self.n_heads) for y in self.project(x, x, x))        # [B, H, T, d_k]
         start = cache["k"].size(2) if cache is not None and "k" in cache else 0
-        positions = torch.arange(start, start + x.size(1))     # on the CPU: apply_rope computes its angles there
+        positions = torch.arange(start, start + x.size(1), device=x.device)
         q, k = apply_rope(q, positions), apply_rope(k, positions)
         if cache is not None:
             if start:

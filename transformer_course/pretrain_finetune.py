@@ -354,6 +354,8 @@ def parser():
     p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda, ...")
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch")
     p.add_argument("--mirror", help="a folder with the official Multi30k files (default: $MULTI30K_MIRROR)")
+    p.add_argument("--fractions", type=float, nargs="+", metavar="F",
+                   help=f"pretraining: fine-tune on these fractions of the pairs only (default: {' '.join(map(str, FRACTIONS))})")
     return p
 
 
@@ -364,6 +366,10 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     settings, device, out = MODES[args.mode], choose_device(args.device), Path(args.out)
+    if args.fractions:
+        if not all(0 < f <= 1 for f in args.fractions):
+            parser().error("--fractions: each fraction is above 0 and at most 1, e.g. --fractions 0.01 0.1")
+        settings = dataclasses.replace(settings, fractions=tuple(args.fractions))
     out.mkdir(parents=True, exist_ok=True)
     fetch_options = {"mirror": args.mirror} if args.mirror else {}
     started = time.perf_counter()
