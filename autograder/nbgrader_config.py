@@ -26,3 +26,17 @@ c.Execute.timeout = 600
 # names of Canvas's and Moodle's "download all submissions" zips, late and re-uploaded ones included (see
 # docs/instructors.md, step 3, and autograder/collect.py).
 c.ZipCollectApp.collector_plugin = "autograder.collect.LMSCollector"
+
+# The formgrader typesets the maths of written answers with MathJax from the Jupyter server itself (the
+# jupyter-server-mathjax package) rather than from nbconvert's CDN, so that grading by hand works offline: the
+# course's template folder goes before nbgrader's (autograder/templates/formgrade/mathjax.html.j2).
+try:
+    import os as _os
+
+    import nbgrader as _nbgrader
+
+    c.HTMLExporter.extra_template_basedirs = [
+        _os.path.join(_os.path.dirname(autograder.__file__), "templates"),
+        _os.path.join(_os.path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates")]
+except (ImportError, NameError):
+    pass

@@ -208,8 +208,11 @@ def test_an_instructor_grades_a_written_answer(browser, tmp_path):
                 page.locator("textarea.comment#why-comment").press("Tab")
             assert saved.value.ok, saved.value.status
             tab.screenshot("formgrader-graded")
-            # MathJax comes from a CDN: offline, the written answer's $...$ stay as typed (printed, not asserted)
-            print("requests refused (off this machine):", tab.refused)
+        with tab.step("the maths typeset offline"):
+            # MathJax comes from the Jupyter server (jupyter-server-mathjax), not a CDN: the written answer's $...$
+            # are typeset on a machine that reaches nothing outside it
+            page.locator(".cell", has_text="unit circle").last.locator(".MathJax").first.wait_for(timeout=30_000)
+            assert not [url for url in tab.refused if "mathjax" in url.lower()], tab.refused
         with tab.step("the gradebook"):
             def recorded():
                 with Gradebook(f"sqlite:///{course.root / 'gradebook.db'}") as gradebook:
