@@ -12,7 +12,7 @@ repair. The cell time limit is the grader's (c.Execute.timeout of the course's n
 status is non-zero when something will cost points. The hidden tests are not in a student's notebook: passing
 the visible tests is necessary, not sufficient.
 
-From a notebook, its last cell calls ``transformer_course.handin.check_this_notebook()``, which runs this
+From a notebook, its last cell calls ``course_testkit.handin.check_this_notebook()``, which runs this
 command on the notebook (see handin.py for how it finds the notebook's file).
 """
 import sys

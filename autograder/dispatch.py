@@ -28,7 +28,7 @@ from .sandbox import sandbox_available
 from .judging import all_judged
 from .library_answers import refuse_flagged
 from .local_workers import fork_server
-from .stripped import stripped_package
+from .stripped import registry, stripped_package
 
 # Not sent to the worker: editors' checkpoints, and the notebooks' own copies (they go as notebooks).
 SKIPPED = ("*.ipynb", ".ipynb_checkpoints")
@@ -144,7 +144,7 @@ def execute_submission(notebooks, files, releases, limits, env, sandbox):
             # and without the oracles once every test cell of it is judged in the grader (judging.py).
             package = stripped_package(name, keep_oracles=not all_judged(notebook))
             executed, problems = execute_notebook(notebook, workdir, limits, env=env, sandbox=sandbox, package=package,
-                                                  preload=KERNEL_FIRST_USE_IMPORTS.get(name, ()))
+                                                  preload=registry().kernel_first_use_imports.get(name, ()))
             refuse_flagged(executed, nbformat.reads(releases[name].decode("utf-8"), as_version=4))
             results[name] = {"notebook": nbformat.writes(executed).encode("utf-8"),
                              "problems": [asdict(p) for p in problems],
@@ -159,18 +159,6 @@ def _write_files(workdir, files):
         path = workdir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)
-
-
-# What the kernels of some assignments import on first use and is slow to import, by assignment: torch._dynamo
-# (1.1-1.5 s), on an optimizer's first step (07-10) and on a first operation on the 'meta' device (03's device tests,
-# 06's count of the base model's parameters), and spaCy (0.6 s), when the data cells first tokenise (07, 09, 10). The
-# kernel server imports these before it forks a kernel of such an assignment, as it imports torch and the rest for
-# every kernel (kernel_server.PRELOADED): 2-3 s less per submission of 07 and 09. A missing entry costs each kernel
-# that time, nothing else (tests/test_autograde.py checks the table against what the solution notebooks import).
-KERNEL_FIRST_USE_IMPORTS = {"03_masking": ["torch._dynamo"], "06_transformer": ["torch._dynamo"],
-                            "07_training": ["torch._dynamo", "spacy"],
-                            "08_decoding_bleu": ["torch._dynamo"], "09_gpt": ["torch._dynamo", "spacy"],
-                            "10_pretrain_finetune": ["torch._dynamo", "spacy"]}
 
 
 WORKER_NICENESS = 5

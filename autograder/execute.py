@@ -197,13 +197,11 @@ class _NewProcess(subprocess.Popen):
         return self.poll() == FILES_DO_NOT_FIT
 
 
-def _package_first(command, package, folder):
-    """``command`` (python -I -m ipykernel_launcher ...) with the course package's copy ``package`` first on the
-    kernel's sys.path, where no sandbox shows it at the package's own path (-I ignores PYTHONPATH)."""
-    first = os.path.join(folder, "package")
-    os.makedirs(first, exist_ok=True)
-    os.symlink(package, os.path.join(first, "transformer_course"), target_is_directory=True)
-    start = (f"import runpy, sys; sys.path.insert(0, {first!r}); "
+def _package_first(command, package):
+    """``command`` (python -I -m ipykernel_launcher ...) with the folder ``package`` (the copies of the course
+    package and the kit) first on the kernel's sys.path, where no sandbox shows them at the packages' own paths
+    (-I ignores PYTHONPATH)."""
+    start = (f"import runpy, sys; sys.path.insert(0, {str(package)!r}); "
              "runpy.run_module('ipykernel_launcher', run_name='__main__', alter_sys=True)")
     return [command[0], "-I", "-c", start, *command[command.index("ipykernel_launcher") + 1:]]
 
@@ -219,7 +217,7 @@ def _new_process(connection_file, workdir, limits, env, sandbox, package, log):
         cgroup = memory_cgroups().kernel(limits.memory_mb)
         argv, scratch = sandbox_command(command, workdir, folder, limits, package, told, cgroup), "/tmp"
     else:
-        command = _package_first(command, package, folder) if package else command
+        command = _package_first(command, package) if package else command
         argv, scratch = limited_command(command, limits), folder
     # Its own session, for kill(); its stdout and stderr reach its log through a pipe, capped (sandbox.drain).
     process = _NewProcess(argv, cwd=workdir, env=kernel_environment(workdir, env, scratch), stdin=subprocess.DEVNULL,

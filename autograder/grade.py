@@ -56,7 +56,7 @@ from traitlets import Unicode
 from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
                        without_notebooks)
 from .nbgrader_course import (autograde, faster_nbgrader, nbgrader_api, nbgrader_config, nbgrader_output,
-                              nbgrader_reason, open_gradebook)
+                              nbgrader_reason, open_gradebook, submitted_students)
 from .repair import RepairError, repair_file
 from .sandbox import CELL_TIMEOUT, Limits, memory_accounting, sandbox_available
 
@@ -421,10 +421,6 @@ def finished_students(course, assignment, students):
 
 
 # ----------------------------------------------------------------------------- the whole assignment
-
-def submitted_students(course, assignment):
-    return sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
-
 
 def _check_ready(course, assignment, students, sandbox, scheduler):
     """The release folder of `assignment`, once the course and this machine can grade it, and the students to

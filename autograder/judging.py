@@ -1,4 +1,4 @@
-"""The judge's half of a test cell, run in the grader's own process (see transformer_course/probing.py).
+"""The judge's half of a test cell, run in the grader's own process (see course_testkit/probing.py).
 
 A judged test cell holds imports, function definitions and ``run_test(probe, judge)`` calls, nothing else.
 The sandboxed kernel runs the cell, so the probes call the student's code and send their data out; here the
@@ -19,11 +19,10 @@ import contextlib
 import io
 from dataclasses import dataclass, field
 
-# transformer_course (and torch) are imported only when a cell is judged: `python -m autograder --help`
-# and the instructor's side of grading stay quick.
-PROBE_MIME = "application/vnd.transformer-course.probe+base64"   # transformer_course.probing.PROBE_MIME
-JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"                           # transformer_course.probing.JUDGE_OUTSIDE
-SEED_VARIABLE = "COURSE_TEST_SEED"                               # transformer_course.probing.SEED_VARIABLE
+# The kit's protocol is torch-free; its probes and oracles (and torch) are imported only when a cell is judged:
+# `python -m autograder --help` and the instructor's side of grading stay quick.
+from course_testkit.protocol import JUDGE_OUTSIDE, PROBE_MIME, SEED_VARIABLE  # noqa: F401  (imported from here too)
+
 MAX_CELL_BYTES = 64 * 2**20   # base64 text of all the probe data one cell may send
 MAX_VERDICT = 1_000           # characters of a judge's message: it may quote data the student's code chose
 
@@ -135,7 +134,7 @@ def _prelude():
     import torch.nn.functional as F
     from torch import nn
 
-    from transformer_course import probing, testing
+    from course_testkit import probing, testing
     return {"__name__": "judged_test_cell", "math": math, "torch": torch, "nn": nn, "F": F,
             "Raised": probing.Raised, "returned": probing.returned, "replayed": probing.replayed,
             "assert_raised_value_error": probing.assert_raised_value_error, "check_tensor": testing.check_tensor,
@@ -173,7 +172,7 @@ def judge_cell(source, sent, seed):
         return Verdict(False, f"the test cell sent {len(sent)} results for {len(judges)} tests: something "
                               "besides the tests sent data")
     printed = io.StringIO()
-    from transformer_course.probing import flags_collected, judging_with
+    from course_testkit.probing import flags_collected, judging_with
 
     with flags_collected() as flags:
         for judge, text in zip(judges, sent):
@@ -186,7 +185,7 @@ def judge_cell(source, sent, seed):
 
 def _judge_one(judge, text):
     """None if the judge passes the probe's data, else its message."""
-    from transformer_course.probing import ProbeDataError, Raised, unpack
+    from course_testkit.probing import ProbeDataError, Raised, unpack
 
     if text is None:
         return f"your code returned more data than the grader reads ({MAX_CELL_BYTES // 2**20} MB in one cell)"

@@ -45,7 +45,7 @@ ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding=
 # kernel import (a package without them skips that import).
 PRELOADED = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "math", "numpy", "torch",
              "torch.nn", "torch.nn.functional", "transformer_course", "transformer_course.plotting",
-             "transformer_course.testing", "transformer_course.probing", "transformer_course.oracles")
+             "course_testkit.testing", "course_testkit.probing", "course_testkit.oracles")
 ZYGOTE_TASKS = 4096        # the zygote's own limit counts its kernels' tasks too; each kernel has its own below it
 MAX_SERVERS = 2           # zygotes kept per process (one per assignment being graded: a few hundred MB each)
 

@@ -30,13 +30,12 @@ import nbformat
 
 from .cells import exercise_of, grade_id, is_answer, is_test
 from .stripped import registry
-from .similarity import (COPY_THRESHOLD, NOT_COMPARED, PACKAGE, add_package_answers, answer_sources,  # noqa: F401
+from .similarity import (COPY_THRESHOLD, PACKAGE, add_package_answers, answer_sources,  # noqa: F401
                          compare, release_exercises)
 
 ENAME = "NotYourOwnWork"
 ANSWER = "<answer>"                  # the owner of the student's answer among similarity.py's Answers
 SETUP = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "math": "math"}   # the setup cell's
-NOTEBOOK_06 = ("EncoderLayer", "DecoderLayer", "Encoder", "Decoder", "Transformer")
 
 # ----------------------------------------------------------------------------- what is off-limits, where
 
@@ -95,8 +94,9 @@ RULES = [
          "PyTorch's finished multi-head attention",
          "the exercise asks you to project, split the heads, attend and merge them yourself",
          "nn.MultiheadAttention is used by the tests to check your answer"),
-    Rule(NOTEBOOK_06, _torch(lambda p: p in ("Transformer", "TransformerEncoder", "TransformerEncoderLayer",
-                                              "TransformerDecoder", "TransformerDecoderLayer")),
+    Rule(registry().notebooks["06_transformer"],
+         _torch(lambda p: p in ("Transformer", "TransformerEncoder", "TransformerEncoderLayer", "TransformerDecoder",
+                                "TransformerDecoderLayer")),
          "one of PyTorch's finished Transformer modules",
          "the exercise asks you to build it yourself from the pieces of the earlier notebooks and exercises",
          "nn.Transformer and its layers are used by the tests to check your answer"),
@@ -381,7 +381,7 @@ def copied_answers(notebook, release, threshold=COPY_THRESHOLD):
                        f"({pair.reason}; similarity {pair.score:.2f}): the package's version is there for the "
                        "later notebooks; the exercise asks you to write your own")
             for exercise, pair in package_pairs(notebook, release).items()
-            if pair.score >= threshold and exercise not in NOT_COMPARED}
+            if pair.score >= threshold and exercise not in registry().not_compared}
 
 
 def flagged_answers(notebook, release=None):

@@ -176,3 +176,8 @@ def nbgrader_reason(output):
     errors = [line.strip() for line in lines
               if re.match(r"\s*[\w.]*(Error|Exception): ", line) and "NbGraderException" not in line]
     return errors[0] if errors else next((line.strip() for line in reversed(lines) if line.strip()), "no output")
+
+
+def submitted_students(course, assignment):
+    """The students with a folder submitted/<student>/<assignment> in the course folder ``course``, sorted."""
+    return sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())

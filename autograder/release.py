@@ -6,8 +6,8 @@ README's install line and Colab badges, then runs plain ``nbgrader generate_assi
 directory, so that no gradebook or log is left in the repository, and copies each release over
 ``notebooks/<assignment>/``.
 
-A notebook's install cell installs the course with the extras that notebook needs
-(``[tool.transformer-course] notebook-extras``): spaCy, sacreBLEU and SentencePiece come only with the notebooks
+A notebook's install cell installs the course with the extras that notebook needs (the exercise registry's
+``EXTRAS``, course_testkit/exercises.py): spaCy, sacreBLEU and SentencePiece come only with the notebooks
 that tokenise, train subwords or score BLEU, so the first notebooks are ready in seconds.
 
 The setting is written only into a repository's own ``solutions/`` (the folder next to a pyproject.toml with a
@@ -109,18 +109,20 @@ def _module_of(requirement):
 
 
 def read_course(pyproject=ROOT / "pyproject.toml") -> Course:
-    """The course's setting: the [project] name, version and extras, the [tool.transformer-course] repository,
-    source and notebook-extras."""
+    """The course's setting: the [project] name, version and extras, the [tool.transformer-course] repository and
+    source, and the extras of each notebook (the exercise registry's)."""
+    from .stripped import registry
+
     with open(pyproject, "rb") as file:
         toml = tomllib.load(file)
     setting = toml["tool"]["transformer-course"]
     extras = {name: tuple(_module_of(r) for r in requirements)
               for name, requirements in toml["project"].get("optional-dependencies", {}).items()}
-    notebook_extras = {nb: tuple(wanted) for nb, wanted in setting.get("notebook-extras", {}).items()}
+    notebook_extras = registry().extras
     unknown = sorted({e for wanted in notebook_extras.values() for e in wanted} - set(extras))
     if unknown:
-        raise ValueError(f"{pyproject}: notebook-extras names extras that [project.optional-dependencies] lacks: "
-                         f"{', '.join(unknown)}")
+        raise ValueError(f"the exercise registry's EXTRAS names extras that {pyproject}'s "
+                         f"[project.optional-dependencies] lacks: {', '.join(unknown)}")
     return Course(toml["project"]["name"], toml["project"]["version"], setting["repository"].rstrip("/"),
                   setting["install-from"], extras, notebook_extras)
 

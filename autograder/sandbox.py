@@ -112,9 +112,13 @@ def _inside(path, folder):
     return path == folder or folder in path.parents
 
 
-def package_folder():
-    """The folder the course package ``transformer_course`` is imported from (None if it is not installed)."""
-    spec = importlib.util.find_spec("transformer_course")
+PACKAGE, KIT = "transformer_course", "course_testkit"   # the course package, the tests' kit
+PACKAGES = (PACKAGE, KIT)                                  # what the kernel imports of the course's own code
+
+
+def package_folder(name=PACKAGE):
+    """The folder the package ``name`` (the course package by default) is imported from (None if not installed)."""
+    spec = importlib.util.find_spec(name)
     return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
 
 
@@ -125,9 +129,8 @@ def _readonly_paths():
     libraries = {Path(p).resolve() for p in sys.path[1:] if p}
     paths = [Path("/usr"), Path("/etc"), Path(sys.base_prefix), Path(sys.prefix)]
     paths += [p for p in libraries if not any(_inside(p, h) for h in hidden)]
-    if package_folder():
-        # An editable install points into the repository: the package folder only, never the repository.
-        paths.append(package_folder())
+    # An editable install points into the repository: the packages' folders only, never the repository.
+    paths += [package_folder(name) for name in PACKAGES if package_folder(name)]
     if os.environ.get("MULTI30K_MIRROR"):
         paths.append(Path(os.environ["MULTI30K_MIRROR"]))
     kept = []
@@ -204,8 +207,9 @@ def sandbox_command(command, workdir, connection_dir, limits, package=None, info
     arguments += _folders_leading_to(readonly + [workdir, connection_dir])
     for path in readonly:
         arguments += ["--ro-bind", str(path), str(path)]
-    if package and package_folder():   # mounted over the package's own folder: the original is out of sight
-        arguments += ["--ro-bind", str(package), str(package_folder().resolve())]
+    for name in PACKAGES if package else ():   # each over the package's own folder: the original is out of sight
+        if package_folder(name):
+            arguments += ["--ro-bind", str(Path(package) / name), str(package_folder(name).resolve())]
     if workdir != connection_dir:    # the same folder only in sandbox_available's check: bound as it is
         # The tmpfs belongs to root when bwrap runs as root: 0777 lets the sandbox's user fill it.
         arguments += ["--ro-bind", str(workdir), SUBMISSION_MOUNT,

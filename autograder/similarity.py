@@ -60,18 +60,14 @@ from pathlib import Path
 import nbformat
 
 from .repair import RepairError, repair_notebook
-from .sandbox import package_folder
+from .sandbox import KIT, package_folder
+from .stripped import registry
 
 PACKAGE = "<course package>"           # the reserved name of the package's finished source
 SOLUTIONS = "<course solutions>"       # the course's own answer cells (source/ASSIGNMENT: public in an open course)
 ORACLES = "<course oracles"            # "<course oracles: NAME>": a function of the hidden tests' oracles
 DEFAULT_THRESHOLD = 0.9
 COPY_THRESHOLD = 0.95                  # a student's answer this close to a public source of it is a copy
-# Exercises with about one way to write them: the course's own solution scores COPY_THRESHOLD or more against
-# the package's version, so the code cannot tell a copy from an honest answer: only the same text (comments and
-# docstrings too) is flagged as a copy there. tests/test_library_answers.py checks that this is exactly the
-# exercises whose solution reaches the threshold.
-NOT_COMPARED = frozenset({"target_mask", "PositionwiseFeedForward", "Encoder", "Decoder", "noam_lr", "train_step"})
 DEFAULT_TOP = 50                       # pairs shown per exercise on the page; the CSV has them all
 _SKIPPED = {tokenize.ENCODING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
             tokenize.DEDENT, tokenize.ENDMARKER}
@@ -500,7 +496,7 @@ def added_cells_flagged(owner, submitted, release, prefix="", notebook=""):
 def collect_answers(course, assignment):
     """Every exercise of the assignment with every student's answer, the flagged cells students added,
     and the submissions that could not be compared, as sentences."""
-    from .grade import submitted_students
+    from .nbgrader_course import submitted_students
 
     releases = {p.stem: nbformat.read(str(p), as_version=4)
                 for p in sorted((course / "release" / assignment).glob("*.ipynb"))}
@@ -571,12 +567,10 @@ def _solution_answers(path):
 
 @functools.lru_cache(maxsize=None)
 def oracle_sources(assignment):
-    """name -> source of each top-level function of the oracles of ``assignment`` (transformer_course/oracles,
-    the registry's module for it), read from the package's files without importing them; {} if it has none."""
-    from .stripped import registry
-
+    """name -> source of each top-level function of the oracles of ``assignment`` (course_testkit/oracles,
+    the registry's module for it), read from the kit's files without importing them; {} if it has none."""
     module = registry().test_modules.get(assignment)
-    folder = package_folder()
+    folder = package_folder(KIT)
     path = folder / "oracles" / f"{module}.py" if folder and module else None
     if path is None or not path.is_file():
         return {}
@@ -605,7 +599,7 @@ def _copy_of(exercise, answer, references, threshold):
         same = [r for r in references if _same_text(part.source, r.source)]
         if same:
             return f"a copy of {same[0].owner} (the same text)"
-    if exercise.grade_id in NOT_COMPARED:
+    if exercise.grade_id in registry().not_compared:
         return None
     pairs = [compare(exercise.name, part, r, threshold) for part in [answer] + _definitions(answer, exercise.shared)
              for r in references]

@@ -9,6 +9,9 @@ class hierarchies, module-level names and imports stay, so ``import transformer_
 the earlier notebooks' finished parts, which notebook N imports. Line numbers stay too: tracebacks through
 the parts that remain point at the right lines.
 
+The tests' kit (course_testkit) goes beside it, without the judges' oracles once every test cell of the notebook is
+judged in the grader: a copy is a folder holding both packages, each shown at its own path.
+
 Each copy is built once per assignment and package source (a folder in a cache of the grader's user), by
 whichever process grades first: the local pool's workers and Dask workers alike build and reuse their own.
 """
@@ -24,35 +27,40 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from .sandbox import package_folder
+from .sandbox import KIT, PACKAGE, PACKAGES, package_folder
 
 ORACLES = "oracles"
 
 
 @functools.cache
-def _registry(source):
-    """The exercise registry (transformer_course/exercises.py) in the package folder ``source``, read without
-    importing the package (no torch in the grader's process)."""
+def _registry(kit):
+    """The exercise registry (course_testkit/exercises.py) in the kit's folder ``kit``, read without importing
+    anything (no torch in the grader's process)."""
     namespace = {}
-    exec(compile((Path(source) / "exercises.py").read_text(encoding="utf-8"), "exercises.py", "exec"), namespace)
-    return Registry(namespace["NOTEBOOKS"], namespace["FINISHED"], namespace["TEST_MODULES"])
+    exec(compile((Path(kit) / "exercises.py").read_text(encoding="utf-8"), "exercises.py", "exec"), namespace)
+    return Registry(*(namespace[field.upper()] for field in Registry._fields))
 
 
 class Registry(NamedTuple):
-    notebooks: dict      # assignment -> its exercises
-    finished: dict       # exercise -> "module.name" of its finished pieces in the package
-    test_modules: dict   # assignment -> the name of its probes/ and oracles/ modules
+    """course_testkit/exercises.py's tables, each described there."""
+    notebooks: dict                  # assignment -> its exercises
+    finished: dict                   # exercise -> "module.name" of its finished pieces in the package
+    test_modules: dict               # assignment -> the name of its probes/ and oracles/ modules
+    extras: dict                     # assignment -> the package's extras its install cell installs
+    kernel_first_use_imports: dict   # assignment -> slow imports its kernels make on first use
+    judges_first_use_imports: dict   # assignment -> slow imports its judges make on first use
+    not_compared: frozenset          # exercises the similarity report compares by text only
 
 
 def registry():
-    """The installed course package's exercise registry."""
-    return _registry(package_folder())
+    """The installed tests' kit's exercise registry."""
+    return _registry(package_folder(KIT))
 
 
-def withheld(assignment, source):
+def withheld(assignment, kit=None):
     """{(module, name): (exercise, whether it is the answer itself)} of what ``assignment``'s copy withholds:
     the finished parts of its exercises and of the later notebooks', but no helper an earlier one needs."""
-    notebooks, finished = _registry(source)[:2]
+    notebooks, finished = _registry(kit or package_folder(KIT))[:2]
     order = list(notebooks)
     # A notebook of another name (renamed by an instructor, say) fails closed: it sees no finished exercise.
     first = order.index(assignment) if assignment in notebooks else 0
@@ -116,13 +124,14 @@ def strip_source(text, names, assignment, module):
     return stripped
 
 
-def _digest(source, keep_oracles):
-    """What a copy depends on: the package's files, this module, the Python that compiles it, where it is seen."""
-    digest = hashlib.sha256(f"{sys.version}\0{source}\0{keep_oracles}\0".encode())
+def _digest(sources, keep_oracles):
+    """What a copy depends on: the packages' files, this module, the Python that compiles it, where they are seen."""
+    digest = hashlib.sha256(f"{sys.version}\0{sorted(sources.items())}\0{keep_oracles}\0".encode())
     digest.update(Path(__file__).read_bytes())
-    for path in sorted(Path(source).rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts:
-            digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for source in sources.values():
+        for path in sorted(Path(source).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:20]
 
 
@@ -137,43 +146,53 @@ def cache_folder():
     return folder
 
 
-def build(assignment, source, target, keep_oracles=True):
-    """Write ``assignment``'s copy of the package folder ``source`` to ``target`` (a new folder), compiled
-    as if it were at ``source`` (where the sandbox shows it), readable by the sandbox's user."""
-    ignored = ["__pycache__", "*.pyc"] + ([] if keep_oracles else [ORACLES])
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns(*ignored))
+def installed_sources():
+    """{package name: the folder it is imported from} of the course package and the tests' kit."""
+    return {name: package_folder(name) for name in PACKAGES}
+
+
+def build(assignment, target, keep_oracles=True, sources=None):
+    """Write ``assignment``'s copy of the course package and the kit into ``target`` (a new folder: one folder per
+    package), each compiled as if it were where the sandbox shows it (its source folder), readable by the sandbox's
+    user."""
+    sources = sources or installed_sources()
+    ignored = ["__pycache__", "*.pyc"]
+    shutil.copytree(sources[PACKAGE], Path(target) / PACKAGE, ignore=shutil.ignore_patterns(*ignored))
+    kit_ignored = ignored + ([] if keep_oracles else [ORACLES])
+    shutil.copytree(sources[KIT], Path(target) / KIT, ignore=shutil.ignore_patterns(*kit_ignored))
     by_module = {}
-    for (module, name), owner in withheld(assignment, source).items():
+    for (module, name), owner in withheld(assignment, sources[KIT]).items():
         by_module.setdefault(module, {})[name] = owner
     for module, names in by_module.items():
-        path = Path(target) / f"{module}.py"
+        path = Path(target) / PACKAGE / f"{module}.py"
         path.write_text(strip_source(path.read_text(encoding="utf-8"), names, assignment, module), encoding="utf-8")
     # Compiled once here, since the kernel may not write beside a read-only package; named by the path it has there.
-    compileall.compile_dir(str(target), ddir=str(source), quiet=2)
+    for name, source in sources.items():
+        compileall.compile_dir(str(Path(target) / name), ddir=str(source), quiet=2)
     for folder, _, files in os.walk(target):
         os.chmod(folder, 0o755)
         for name in files:
             os.chmod(os.path.join(folder, name), 0o644)
 
 
-def stripped_package(assignment, keep_oracles=True, source=None):
-    """The folder of ``assignment``'s copy of the course package, built on the first call for this package
-    source (an assignment that is not one of the course's notebooks sees no finished exercise); None when there is
-    no package.
-    ``keep_oracles``: with the hidden tests' oracles (``transformer_course/oracles``), which the hidden tests
-    of the notebooks still judged in the kernel import."""
-    source = Path(source) if source else package_folder()
-    if source is None:
+def stripped_package(assignment, keep_oracles=True):
+    """The folder of ``assignment``'s copy of the course package and the tests' kit (``transformer_course/`` and
+    ``course_testkit/`` in it), built on the first call for these sources (an assignment that is not one of the
+    course's notebooks sees no finished exercise); None when either is not installed.
+    ``keep_oracles``: with the judges' oracles (``course_testkit/oracles``), which the hidden tests of the
+    notebooks still judged in the kernel import."""
+    sources = installed_sources()
+    if None in sources.values():
         return None
     root = cache_folder()
-    target = root / f"{assignment}-{'with' if keep_oracles else 'no'}-oracles-{_digest(source, keep_oracles)}"
+    target = root / f"{assignment}-{'with' if keep_oracles else 'no'}-oracles-{_digest(sources, keep_oracles)}"
     if target.is_dir():
         return target
     building = Path(tempfile.mkdtemp(prefix=f".{assignment}-", dir=root))
     try:
-        build(assignment, source, building / "package", keep_oracles)
+        build(assignment, building / "packages", keep_oracles, sources)
         try:
-            os.rename(building / "package", target)   # atomic: a copy is seen whole or not at all
+            os.rename(building / "packages", target)   # atomic: a copy is seen whole or not at all
         except OSError:
             if not target.is_dir():   # not another worker's copy of the same package, made meanwhile
                 raise

@@ -169,16 +169,13 @@ TEST_SEED = os.environ.get("COURSE_TEST_SEED", "20261128")
 GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMOKE="1", COURSE_TEST_SEED=TEST_SEED)
 
 
-def stripped_path(assignment, folder):
-    """A folder to put first on the kernel's PYTHONPATH so that it imports ``assignment``'s copy of the course package
-    (autograder/stripped.py: without the finished answers of that notebook and the later ones), with its oracles,
-    since the replay's kernel judges the cells itself."""
+def stripped_path(assignment):
+    """A folder to put first on the kernel's PYTHONPATH so that it imports ``assignment``'s copies of the course
+    package and the kit (autograder/stripped.py: without the finished answers of that notebook and the later ones),
+    with the oracles, since the replay's kernel judges the cells itself."""
     from autograder.stripped import stripped_package
 
-    link = Path(folder) / "transformer_course"
-    if not link.exists():
-        link.symlink_to(stripped_package(assignment, keep_oracles=True), target_is_directory=True)
-    return str(folder)
+    return str(stripped_package(assignment, keep_oracles=True))
 
 
 @functools.cache
@@ -375,10 +372,7 @@ class KernelReplay:
     def __enter__(self):
         env = dict(GRADING_ENV)
         if self.assignment:
-            package = Path(self.client.resources["metadata"]["path"]) / ".package"
-            package.mkdir(exist_ok=True)
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [stripped_path(self.assignment, package),
-                                                              env.get("PYTHONPATH")]))
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [stripped_path(self.assignment), env.get("PYTHONPATH")]))
         self._kernel = self.client.setup_kernel(env=env)
         self._kernel.__enter__()
         self._run_hidden(REPEATS_CACHED)

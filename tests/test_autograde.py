@@ -13,9 +13,9 @@ would take most of CI's time.
 import nbformat
 import pytest
 
-from autograder.dispatch import KERNEL_FIRST_USE_IMPORTS
 from grading import (SOLUTIONS, SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, finished_answers, grade_cells_of,
                      load_suite, nbgrader_cells, pack, with_answers)
+from autograder.stripped import registry
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
@@ -111,7 +111,7 @@ def test_the_replay_scores_the_solution_as_nbgrader_did(assignment, tmp_path_fac
 
 
 # Slow to import, and imported by some notebooks only: the grader's kernel server imports them ahead of the kernels of
-# those notebooks (autograder.dispatch.KERNEL_FIRST_USE_IMPORTS).
+# those notebooks (the exercise registry's KERNEL_FIRST_USE_IMPORTS, course_testkit/exercises.py).
 SLOW_IMPORTS = ("torch._dynamo", "spacy")
 
 
@@ -119,7 +119,7 @@ SLOW_IMPORTS = ("torch._dynamo", "spacy")
 def test_the_kernel_server_imports_ahead_what_the_notebook_imports_slowly(assignment, tmp_path_factory):
     graded_assignment(assignment, tmp_path_factory)
     imported = {m for m in SLOW_IMPORTS if m in _imported[assignment]}
-    ahead = set(KERNEL_FIRST_USE_IMPORTS.get(assignment, []))
+    ahead = set(registry().kernel_first_use_imports.get(assignment, ()))
     assert ahead == imported, (f"{assignment}'s kernels import {sorted(imported)} of {SLOW_IMPORTS} on first use, "
                                f"the kernel server imports {sorted(ahead)} ahead: update KERNEL_FIRST_USE_IMPORTS")
 

@@ -13,7 +13,7 @@ SCRIPT = textwrap.dedent("""
     import copy
     import torch
     import transformer_course
-    import transformer_course.oracles, transformer_course.probing, transformer_course.testing   # the test kit
+    import course_testkit.oracles, course_testkit.probing, course_testkit.testing   # the test kit
 
     graphs = []
 

@@ -1,6 +1,6 @@
 """The finished components of notebooks 02-06 against independent oracles.
 
-Oracles: for notebooks 02-05 and 06 the hidden tests' own (transformer_course.oracles: float64 formulas,
+Oracles: for notebooks 02-05 and 06 the hidden tests' own (course_testkit.oracles: float64 formulas,
 F.scaled_dot_product_attention, brute-force masks, nn.MultiheadAttention with our weights copied in,
 F.layer_norm, nn.TransformerEncoder(Layer) / nn.TransformerDecoder(Layer) with our weights copied in).
 PyTorch's masks have the opposite polarity to ours: for them True means "masked out".
@@ -18,15 +18,15 @@ from transformer_course.layers import (Decoder, DecoderLayer, Encoder, EncoderLa
                                        PositionwiseFeedForward)
 from transformer_course.masks import causal_mask, padding_mask, target_mask
 from transformer_course.model import Transformer
-from transformer_course.probes.attention import dropout_calls
-from transformer_course.probes.multi_head import attn_calls, give_weights, stand_in
-from transformer_course.oracles import attention as attention_oracle
-from transformer_course.oracles import layer_norm as layer_norm_oracle
-from transformer_course.oracles import masking as masking_oracle
-from transformer_course.oracles import multi_head as multi_head_oracle
-from transformer_course.oracles.multi_head import copy_weights
-from transformer_course.testing import same_random_numbers
-from transformer_course.oracles.transformer import copy_layer, sinusoids, torch_layer, torch_stack
+from course_testkit.probes.attention import dropout_calls
+from course_testkit.probes.multi_head_attention import attn_calls, give_weights, stand_in
+from course_testkit.oracles import attention as attention_oracle
+from course_testkit.oracles import layer_norm_feed_forward as layer_norm_oracle
+from course_testkit.oracles import masking as masking_oracle
+from course_testkit.oracles import multi_head_attention as multi_head_oracle
+from course_testkit.oracles.multi_head_attention import copy_weights
+from course_testkit.testing import same_random_numbers
+from course_testkit.oracles.transformer import copy_layer, sinusoids, torch_layer, torch_stack
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
 PAD = 0
@@ -153,7 +153,7 @@ def test_target_mask_is_padding_and_causal():
 
 def test_target_mask_checks_take_the_stand_ins_parts_or_the_true_ones():
     """target_mask's tests give it random stand-ins for padding_mask and causal_mask; either part may be computed."""
-    from transformer_course.probes.masking import causal_double, padding_double
+    from course_testkit.probes.masking import causal_double, padding_double
     tokens = torch.tensor([[4, 4, 1, 0, 0, 2], [3, 0, 2, 2, 1, 0], [0, 0, 0, 0, 0, 0]])
     parts = {"paddings": [padding_double(tokens, 0)], "causals": [causal_double(6)]}
     for answer in (lambda t, p: padding_double(t, p) & causal_double(t.size(1)),
@@ -476,7 +476,7 @@ def test_decoder_stack_matches_nn_transformer_decoder(norm_first):
 
 def test_unregistered_layers_counts_the_layers_a_plain_list_hides():
     """Notebook 06's hint for a stack whose layers are in a plain list: its .eval() does not reach them."""
-    from transformer_course.probes.transformer import unregistered_layers
+    from course_testkit.probes.transformer import unregistered_layers
 
     encoder = Encoder(2, 16, 4, 32)
     assert unregistered_layers(encoder) == 0

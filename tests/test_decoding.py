@@ -17,7 +17,7 @@ from transformer_course.cache import IncrementalDecoder, cached_greedy_decode
 from transformer_course.decoding import (beam_search, beam_search_batch, greedy_decode, sample_decode, sampling_distribution,
                                          strip_specials, top_k_filter, top_p_filter, translate)
 from transformer_course.masks import causal_mask, padding_mask
-from transformer_course.oracles.decoding import greedy_rows, log_probs, penalised
+from course_testkit.oracles.decoding_bleu import greedy_rows, log_probs, penalised
 
 
 class TableModel(nn.Module):
@@ -350,8 +350,8 @@ def test_finished_hypotheses_are_kept_and_live_ones_count_at_max_len():
 
 def test_a_beam_that_shrinks_for_good_misses_the_best_hypothesis_of_the_slot_table():
     """Notebook 08's visible test of the variant: every step keeps beam_size extensions, however many have finished."""
-    from transformer_course.oracles.decoding import reference_beam as oracle_beam
-    from transformer_course.probes.decoding import beam_slot_table
+    from course_testkit.oracles.decoding_bleu import reference_beam as oracle_beam
+    from course_testkit.probes.decoding_bleu import beam_slot_table
 
     assert beam_search(TableModel(7, beam_slot_table), torch.tensor([[3]]), 2, 6, BOS, EOS) == [BOS, 3, 5, EOS]
     assert oracle_beam(beam_slot_table, (3,), 2, 6, BOS, EOS, 0.6, 7) == [BOS, 3, 5, EOS]
@@ -361,8 +361,8 @@ def test_a_beam_that_shrinks_for_good_misses_the_best_hypothesis_of_the_slot_tab
 def test_the_stand_in_searches_tell_every_two_known_beam_mistakes_apart():
     """The hidden tests name a mistake only if it also gives the answer's results on the stand-in searches: for
     every two known mistakes, one of those searches must tell them apart."""
-    from transformer_course.oracles.decoding import beam_mistakes
-    from transformer_course.probes.decoding import stand_in_searches
+    from course_testkit.oracles.decoding_bleu import beam_mistakes
+    from course_testkit.probes.decoding_bleu import stand_in_searches
 
     produced = [beam_mistakes(case.table, (3,), case.beam_size, case.max_len, BOS, EOS, case.alpha, case.vocab_size)
                 for case in stand_in_searches()]
@@ -373,8 +373,8 @@ def test_the_stand_in_searches_tell_every_two_known_beam_mistakes_apart():
 def test_the_brute_force_tables_are_ones_where_greedy_misses_and_a_beam_of_4_finds_the_best():
     """Notebook 08's hidden search tests draw tables from BRUTE_FORCE_SEEDS: on each, greedy decoding misses the best
     hypothesis (by brute force) and the contract's beam of 4 finds it, with a margin no float32 rounding closes."""
-    from transformer_course.oracles.decoding import brute_force_best, greedy_rows
-    from transformer_course.probes.decoding import BRUTE_FORCE_SEEDS, Case, random_table
+    from course_testkit.oracles.decoding_bleu import brute_force_best, greedy_rows
+    from course_testkit.probes.decoding_bleu import BRUTE_FORCE_SEEDS, Case, random_table
 
     for seed in BRUTE_FORCE_SEEDS:
         table = random_table(6, seed)
@@ -388,8 +388,8 @@ def test_the_brute_force_tables_are_ones_where_greedy_misses_and_a_beam_of_4_fin
 def test_renamed_tables_search_the_same_hypotheses_renamed():
     """The hidden beam tests rename every id of their tables (probes.relabeled): the contract's search, and every known
     mistake, then find the same hypotheses under the new names."""
-    from transformer_course.oracles.decoding import beam_mistakes
-    from transformer_course.probes.decoding import early_end_table, n_trap_table, random_table, relabeled
+    from course_testkit.oracles.decoding_bleu import beam_mistakes
+    from course_testkit.probes.decoding_bleu import early_end_table, n_trap_table, random_table, relabeled
 
     for table, vocab_size, beam_size in [(early_end_table, 6, 3), (n_trap_table, 5, 2), (random_table(6, 5), 6, 3)]:
         order = torch.randperm(vocab_size + 2, generator=torch.Generator().manual_seed(vocab_size)).tolist()
@@ -404,7 +404,7 @@ def test_renamed_tables_search_the_same_hypotheses_renamed():
 
 
 def test_the_greedy_double_gives_rows_of_greedy_decodes_form_without_running_the_model():
-    from transformer_course.probes.decoding import TableModel, double_rows, greedy_double, random_table
+    from course_testkit.probes.decoding_bleu import TableModel, double_rows, greedy_double, random_table
 
     class Refusing(TableModel):
         def decode(self, *args):

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bw
 LIMITS = Limits(cell_timeout=20, total_timeout=120, memory_mb=3072, processes=64, output_bytes=20_000)
 
 SETUP = """import torch
-from transformer_course.probing import run_test
+from course_testkit.probing import run_test
 """
 WRONG_ADD = "def add(a, b):\n    return a - b\n"
 CORRECT_MUL = "def mul(a, b):\n    return a * b\n"

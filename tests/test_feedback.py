@@ -3,7 +3,7 @@ hidden tests raise, even where its words are code, and no line that quotes the h
 
 The case came from notebook 07's scheduler test, whose hidden code named the mistake with "call scheduler.step()
 after optimizer.step()" while `optimizer.step()` was also a line of that code. Its hidden cells now call the
-oracles in transformer_course.oracles, so the case is kept in a cell written here; the real cell's hint and its
+oracles in course_testkit.oracles, so the case is kept in a cell written here; the real cell's hint and its
 visible test's hint are checked too. The end-to-end pages (grading included) are checked in test_grader.py.
 
 An answer can also raise the tests' source encoded (read from its caller's frame): the page shows an error's type
@@ -251,7 +251,7 @@ def test_the_courses_own_messages_are_shown_whole():
                 assert shown_error("NotImplementedError", message, HiddenText()) == f"NotImplementedError: {message}"
     texts = [c.source for path in SOLUTIONS.glob("*/*.ipynb")
              for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
-    texts += [path.read_text() for path in (ROOT / "transformer_course" / "oracles").glob("*.py")]
+    texts += [path.read_text() for path in (ROOT / "course_testkit" / "oracles").glob("*.py")]
     texts.append((ROOT / "autograder" / "stripped.py").read_text())
     checked = 0
     for text in texts:

@@ -8,9 +8,9 @@ import torch
 
 from transformer_course import finetune
 from transformer_course.gpt import GPT
-from transformer_course.oracles import finetune as oracle
-from transformer_course.probes import finetune as probes
-from transformer_course.probing import judging_with, pack, unpack
+from course_testkit.oracles import pretrain_finetune as oracle
+from course_testkit.probes import pretrain_finetune as probes
+from course_testkit.probing import judging_with, pack, unpack
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 

@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 import transformer_course as course
-from autograder.sandbox import package_folder
 from autograder.stripped import withheld
 from transformer_course import gpt
 from transformer_course.checkpoints import load_checkpoint, save_checkpoint
@@ -16,9 +15,9 @@ from transformer_course.configs import CONFIGS, load_config
 from transformer_course.data import Vocab
 from transformer_course.decoding import beam_search, greedy_decode
 from transformer_course.model import Transformer, build_model
-from transformer_course.oracles import gpt as oracle
-from transformer_course.probes import gpt as probes
-from transformer_course.probing import judging_with, pack, unpack
+from course_testkit.oracles import gpt as oracle
+from course_testkit.probes import gpt as probes
+from course_testkit.probing import judging_with, pack, unpack
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 
@@ -363,11 +362,10 @@ def test_train_takes_a_configuration_file_and_its_options_change_it(refused):
 def test_nothing_of_notebook_09_is_in_its_grading_kernel_and_none_of_its_answers_in_an_earlier_ones():
     """09's tests put stand-ins where they need a part of 09 (probes.RopeDouble, probes.attention_double): its kernel
     keeps none of the finished parts, helpers included."""
-    source = package_folder()
     answers = {("embeddings", "apply_rope"), ("gpt", "CausalSelfAttention"), ("gpt", "GPT"), ("gpt", "lm_loss"),
                ("gpt", "adamw_param_groups"), ("schedules", "warmup_cosine_lr"), ("gpt", "sample_next"), ("gpt", "generate")}
     helpers = {("gpt", "GPTBlock"), ("decoding", "sampling_distribution"), ("decoding", "top_k_filter"),
                ("decoding", "top_p_filter")}
-    assert answers | helpers <= set(withheld("09_gpt", source))
+    assert answers | helpers <= set(withheld("09_gpt"))
     for earlier in ("01_positional_encoding", "08_decoding_bleu"):
-        assert answers <= set(withheld(earlier, source)), earlier
+        assert answers <= set(withheld(earlier)), earlier

@@ -384,18 +384,19 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     are listed, with those modules."""
     import re
 
-    from autograder.local_workers import JUDGES_FIRST_USE_IMPORTS, preloaded
+    from autograder.local_workers import preloaded
+    from autograder.stripped import registry
 
-    oracles = ROOT / "transformer_course" / "oracles"
+    oracles = ROOT / "course_testkit" / "oracles"
     signs = {"torch._dynamo": r"optim\.\w+\(", "sacrebleu": r"\bsacrebleu\b"}
     needed = {}
     for notebook in SOLUTIONS.glob("*/*.ipynb"):
-        used = set(re.findall(r"transformer_course\.oracles(?:\.| import )(\w+)", notebook.read_text()))
+        used = set(re.findall(r"course_testkit\.oracles(?:\.| import )(\w+)", notebook.read_text()))
         sources = [(oracles / f"{module}.py").read_text() for module in used]
         modules = sorted(m for m, sign in signs.items() if any(re.search(sign, source) for source in sources))
         if modules:
             needed[notebook.stem] = modules
-    assert needed == {a: sorted(m) for a, m in JUDGES_FIRST_USE_IMPORTS.items()}
+    assert needed == {a: sorted(m) for a, m in registry().judges_first_use_imports.items()}
     assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
 
 

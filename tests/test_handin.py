@@ -1,4 +1,4 @@
-"""The notebooks' last cell, `check_this_notebook()` (transformer_course/handin.py): it finds the notebook's file
+"""The notebooks' last cell, `check_this_notebook()` (course_testkit/handin.py): it finds the notebook's file
 where the front end says which it is, takes a path where none does, and otherwise says in one line what to do.
 
 Each case runs in a real kernel (nbclient, as nbconvert runs one), in a folder of its own.
@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from transformer_course.handin import NOT_FOUND
+from course_testkit.handin import NOT_FOUND
 
 pytestmark = [pytest.mark.xdist_group("handin"), pytest.mark.slow]
 
@@ -24,7 +24,7 @@ def printed_by(folder, *sources):
     return "".join(o.get("text", "") for cell in notebook.cells for o in cell.outputs)
 
 
-FIND = "from transformer_course.handin import find_notebook_file\nprint('FOUND', find_notebook_file())"
+FIND = "from course_testkit.handin import find_notebook_file\nprint('FOUND', find_notebook_file())"
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def test_under_nbconvert_the_only_notebook_of_the_folder_is_this_one(folder):
 def test_where_nothing_says_which_file_it_is_one_line_says_what_to_do(folder):
     notebook_file(folder / "a.ipynb")
     notebook_file(folder / "b.ipynb")
-    output = printed_by(folder, "from transformer_course.handin import check_this_notebook\ncheck_this_notebook()")
+    output = printed_by(folder, "from course_testkit.handin import check_this_notebook\ncheck_this_notebook()")
     assert output.strip() == NOT_FOUND
 
 
@@ -61,9 +61,9 @@ def test_a_path_given_is_checked(folder):
     """Any notebook, anywhere: here one of no assignment, which the check runs and says it has no release for."""
     (folder / "elsewhere").mkdir()
     other = notebook_file(folder / "elsewhere" / "mine.ipynb")
-    output = printed_by(folder, "from transformer_course.handin import check_this_notebook\n"
+    output = printed_by(folder, "from course_testkit.handin import check_this_notebook\n"
                                 f"check_this_notebook({json.dumps(str(other))})")
     assert f"Checking {other} as last saved" in output and "no release notebook was found" in output, output
-    missing = printed_by(folder, "from transformer_course.handin import check_this_notebook\n"
+    missing = printed_by(folder, "from course_testkit.handin import check_this_notebook\n"
                                  "check_this_notebook('nowhere.ipynb')")
     assert missing.strip() == "No notebook at nowhere.ipynb: give the path of this notebook's file.", missing

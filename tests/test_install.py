@@ -121,6 +121,10 @@ def build_wheel(tmp_path):
     shipped = zipfile.ZipFile(wheel).namelist()
     for assignment in assignments(SOLUTIONS):   # for a student's check (python -m autograder check)
         assert f"transformer_course/releases/{assignment}/{assignment}.ipynb" in shipped, f"{assignment} not in the wheel"
+    # The tests' kit ships beside the package, which holds none of it.
+    assert {"course_testkit/exercises.py", "course_testkit/probes/gpt.py", "course_testkit/oracles/gpt.py"} <= set(shipped)
+    assert not [name for name in shipped if name.startswith("transformer_course/") and
+                any(part in name for part in ("probes", "oracles", "probing", "testing", "handin"))], shipped
     return wheel
 
 

@@ -3,7 +3,7 @@ cell with a reason, and the next cell gets a new judge."""
 import base64
 
 from autograder.judge_process import JudgeProcess
-from transformer_course import probing
+from course_testkit import probing
 
 CELL = '''
 def probe():

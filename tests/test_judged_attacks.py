@@ -1,6 +1,6 @@
 """Attacks on judged test cells gain nothing: the verdict is made in the grader's process, never in the kernel.
 
-Notebook 02's test cells are written as probe and judge (transformer_course/probing.py). Each attack below rides
+Notebook 02's test cells are written as probe and judge (course_testkit/probing.py). Each attack below rides
 in the answer cell with the release's blank answer (or a wrong one), as a determined student who has read this
 repository could write it; the notebook is the sanitized form the grader runs (set-up, answer, the six test cells
 with their hidden parts). Every test cell must fail, as it does for the blank answer alone. The classes: rewriting
@@ -22,7 +22,7 @@ from autograder.execute import execute_notebook
 from autograder.sandbox import Limits, sandbox_available
 from autograder.stripped import stripped_package
 from grading import SOLUTIONS, nbgrader_cells
-from transformer_course.probing import PROBE_MIME
+from course_testkit.probing import PROBE_MIME
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
                                  "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),
@@ -119,14 +119,14 @@ def _probe_data_attacks(marker):
         "forged probe data: uniform weights and a zero output": """
 import base64, io
 from IPython.display import display
-from transformer_course.probing import PROBE_MIME, pack
+from course_testkit.probing import PROBE_MIME, pack
 def run_test(probe, judge):
     forged = {"result": (torch.zeros(2, 5), torch.full((2, 3), 1 / 3)), "hand_made": (torch.zeros(1, 2), torch.zeros(1, 2))}
     display({PROBE_MIME: base64.b64encode(pack(forged)).decode()}, raw=True)
 """,
         "extra probe data sent from the answer itself": f"""
 from IPython.display import display
-from transformer_course.probing import pack
+from course_testkit.probing import pack
 import base64
 _blank = {EXERCISE}
 def {EXERCISE}(*args, **kwargs):
@@ -147,7 +147,7 @@ def run_test(probe, judge):
         "the real probe data edited before it is sent: checks' cases dropped": """
 import base64
 from IPython.display import display
-from transformer_course.probing import PROBE_MIME, attempt, pack
+from course_testkit.probing import PROBE_MIME, attempt, pack
 def run_test(probe, judge):
     found = attempt(probe)
     if isinstance(found, dict):
@@ -156,7 +156,7 @@ def run_test(probe, judge):
 """,
         "probing.pack sends a pickled object instead of plain data": """
 import pickle
-import transformer_course.probing as _probing
+import course_testkit.probing as _probing
 _probing.pack = lambda found: pickle.dumps(found)
 """,
     }
@@ -167,7 +167,7 @@ def _hook_attacks():
     return {
         "the test helpers replaced from a thread": """
 import threading, time
-import transformer_course.testing as _testing, transformer_course.probing as _probing
+import course_testkit.testing as _testing, course_testkit.probing as _probing
 def _flip():
     for _ in range(2000):
         torch.allclose = lambda *a, **k: True
@@ -179,18 +179,18 @@ threading.Thread(target=_flip, daemon=True).start()
         "an import hook hands the tests a stand-in oracle": """
 import builtins, types
 _import = builtins.__import__
-_fake = types.ModuleType("transformer_course.oracles.attention")
+_fake = types.ModuleType("course_testkit.oracles.attention")
 for _name in ("check_attention", "check_batched", "check_masked", "check_dropout"):
     setattr(_fake, _name, lambda *a, **k: None)
 _fake.call = lambda answer, what, *a, **k: (torch.zeros(1), torch.zeros(1))
 _fake.shapes = lambda *a: ""
 def _hooked(name, globals=None, locals=None, fromlist=(), level=0):
-    if name.startswith("transformer_course.oracles"):
+    if name.startswith("course_testkit.oracles"):
         return _fake
     return _import(name, globals, locals, fromlist, level)
 builtins.__import__ = _hooked
 import sys
-sys.modules["transformer_course.oracles.attention"] = _fake
+sys.modules["course_testkit.oracles.attention"] = _fake
 """,
         "a profile hook that empties the judges": """
 import sys
@@ -275,7 +275,7 @@ exec(open(_attention.__file__).read(), _namespace)
 """,
         "the oracle's own attention called from the answer": f"""
 def {EXERCISE}(query, key, value, mask=None, dropout=None):
-    from transformer_course.oracles import attention as _oracle
+    from course_testkit.oracles import attention as _oracle
     return _oracle._formula(query, key, value, mask)[::-1]
 """,
     }

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import judging
-from transformer_course import probing
+from course_testkit import probing
 
 CELL = '''
 def inputs():
@@ -214,7 +214,7 @@ def test_the_judges_of_the_full_source_decide():
 
 def test_a_result_bit_for_bit_the_librarys_is_flagged_for_a_person_not_failed():
     cell = ('def probe():\n    return {}\n\n\ndef judge(found):\n'
-            '    from transformer_course.probing import flag_if_same\n'
+            '    from course_testkit.probing import flag_if_same\n'
             '    x = torch.randn(4, 6, generator=secret_generator("x"))\n'
             '    flag_if_same(found["out"], F.layer_norm(x, (6,)), "F.layer_norm")\n\n\nrun_test(probe, judge)\n')
     with probing.judging_with(3):

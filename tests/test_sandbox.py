@@ -332,7 +332,7 @@ def test_a_kernel_server_that_died_between_notebooks_is_replaced(tmp_path):
 
 
 def test_a_kernel_server_imports_ahead_what_it_is_asked_to(tmp_path):
-    """A notebook's slow first imports (dispatch.KERNEL_FIRST_USE_IMPORTS) are made in its kernel server, before the
+    """A notebook's slow first imports (the registry's KERNEL_FIRST_USE_IMPORTS) are made in its kernel server, before the
     fork: its kernels start with them imported; the kernels of another server do not."""
     looks = "import sys\nprint('wave' in sys.modules)"
     (tmp_path / "ahead").mkdir()
@@ -382,7 +382,7 @@ OUTPUT_ROUTES = {
 # A judged test cell whose probe prints near the cap and whose judge prints 19,000 line breaks and fails: the
 # grader's verdict comes on top of the kernel's outputs.
 JUDGED = new_code_cell(
-    "from transformer_course.probing import run_test\n\ndef probe():\n    print('p' * 15_000)\n    return 1\n\n"
+    "from course_testkit.probing import run_test\n\ndef probe():\n    print('p' * 15_000)\n    return 1\n\n"
     "def judge(data):\n    print('\\n' * 19_000)\n    assert False, 'the judge says no. ' * 20\n\nrun_test(probe, judge)",
     metadata={"nbgrader": {"grade": True, "solution": False, "locked": True, "grade_id": "test_cap", "points": 1,
                            "schema_version": 3}})

@@ -18,7 +18,7 @@ from nbformat.v4 import new_notebook
 
 from autograder.sandbox import sandbox_available
 from grading import GRADING_ENV, ScratchCourse, nbgrader_cell, nbgrader_cells, with_answers
-from transformer_course import probing
+from course_testkit import probing
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bw
 ASSIGNMENT = "ps1"
 PUBLISHED_SEED = 20261128   # the secret the course's own tests fix (tests/grading.py): anyone can read it
 
-SETUP = "import torch\nfrom transformer_course.probing import attempt, returned, run_test, secret_generator\n"
+SETUP = "import torch\nfrom course_testkit.probing import attempt, returned, run_test, secret_generator\n"
 DOUBLE = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"
 TEST_DOUBLE = '''def probe():
     return attempt(double, torch.arange(4.0))
@@ -97,7 +97,7 @@ def source_notebook():
 RIGHT_DOUBLE = 'import os\nprint("SEED", os.environ["COURSE_TEST_SEED"])\n\ndef double(x):\n    return 2 * x\n'
 RIGHT_AS_FLOAT64 = "def as_float64(x):\n    return x.double()\n"
 # Right on every input known in advance: the visible tests', and the hidden test's under the published secret.
-TABLE_DOUBLE = f'''from transformer_course.probing import judging_with
+TABLE_DOUBLE = f'''from course_testkit.probing import judging_with
 
 _KNOWN = [torch.arange(4.0), torch.ones(2)]
 with judging_with({PUBLISHED_SEED}):

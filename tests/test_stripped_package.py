@@ -1,6 +1,6 @@
 """The course package as a notebook's grading kernel sees it (autograder/stripped.py): the finished answers of
 the notebook and of the later ones raise, none kept, the earlier ones work, and the grader mounts that copy. What is
-withheld comes from the exercise registry (transformer_course/exercises.py)."""
+withheld comes from the exercise registry (course_testkit/exercises.py)."""
 import ast
 import subprocess
 import sys
@@ -20,8 +20,9 @@ UNAVAILABLE = f"is not available while notebook {ASSIGNMENT} is graded"
 
 
 def run_with(copy_parent, code):
-    """Run ``code`` in a fresh interpreter that imports transformer_course from ``copy_parent``. An editable
-    install's finder would find what the copy lacks in the repository (the sandbox mounts the copy over it)."""
+    """Run ``code`` in a fresh interpreter that imports transformer_course and course_testkit from ``copy_parent``.
+    An editable install's finder would find what the copy lacks in the repository (the sandbox mounts the copy over
+    it)."""
     script = (f"import sys\nsys.path.insert(0, {str(copy_parent)!r})\n"
               "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]\n"
               + textwrap.dedent(code))
@@ -31,7 +32,7 @@ def run_with(copy_parent, code):
 
 
 def test_the_copy_for_04_withholds_its_answers_and_the_later_ones(tmp_path):
-    build(ASSIGNMENT, package_folder(), tmp_path / "transformer_course")
+    build(ASSIGNMENT, tmp_path)
     printed = run_with(tmp_path, """
         import torch, transformer_course as course
         assert course.__file__.startswith(sys.path[0]), course.__file__
@@ -56,14 +57,16 @@ def test_the_copy_for_04_withholds_its_answers_and_the_later_ones(tmp_path):
 
 
 def test_without_oracles_the_package_still_imports(tmp_path):
-    build(ASSIGNMENT, package_folder(), tmp_path / "transformer_course", keep_oracles=False)
-    assert not (tmp_path / "transformer_course" / "oracles").exists()
+    build(ASSIGNMENT, tmp_path, keep_oracles=False)
+    assert not (tmp_path / "course_testkit" / "oracles").exists() and (tmp_path / "course_testkit" / "probes").is_dir()
     printed = run_with(tmp_path, """
-        import importlib.util, transformer_course
-        from transformer_course import probing, testing
-        print("ORACLES", importlib.util.find_spec("transformer_course.oracles"), hasattr(transformer_course, "oracles"))
+        import importlib.util, course_testkit
+        from course_testkit import probing, testing
+        from course_testkit.probes import attention
+        assert course_testkit.__file__.startswith(sys.path[0]), course_testkit.__file__
+        print("ORACLES", importlib.util.find_spec("course_testkit.oracles"))
     """)
-    assert "ORACLES None False" in printed
+    assert "ORACLES None" in printed
 
 
 def test_a_copy_is_built_once_per_assignment_and_source():
@@ -71,7 +74,7 @@ def test_a_copy_is_built_once_per_assignment_and_source():
     assert stripped_package(ASSIGNMENT) == first and first.is_dir()
     assert stripped_package(ASSIGNMENT, keep_oracles=False) != first
     # A notebook of another name fails closed: no finished exercise, of any notebook, is in its copy.
-    renamed = (stripped_package("ps1") / "embeddings.py").read_text()
+    renamed = (stripped_package("ps1") / "transformer_course" / "embeddings.py").read_text()
     assert "is not available while notebook ps1 is graded" in renamed and "angle = position /" not in renamed
 
 
@@ -105,7 +108,7 @@ def test_every_finished_exercise_of_the_notebook_and_the_later_ones_is_withheld(
     order = list(notebooks)
     later = {e for a in order[order.index(assignment):] for e in notebooks[a]}
     needed_earlier = {tuple(p.split(".")) for e, pieces in finished.items() if e not in later for p in pieces}
-    found = withheld(assignment, package_folder())
+    found = withheld(assignment)
     assert {exercise for exercise, answer in found.values() if answer} == later
     for exercise in later:
         for piece in map(tuple, (p.split(".") for p in finished[exercise])):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from transformer_course.testing import (assert_close, assert_raises_value_error, check_tensor,
+from course_testkit.testing import (assert_close, assert_raises_value_error, check_tensor,
                                         same_random_numbers, substituted)
 
 

@@ -19,7 +19,7 @@ from torch import nn
 from helpers import tiny_model
 from transformer_course import Transformer
 from transformer_course.data import Vocab
-from transformer_course.oracles.training import params, reference_step
+from course_testkit.oracles.training import params, reference_step
 from transformer_course.train import main
 import transformer_course.training_run as training_run
 from transformer_course.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
@@ -180,7 +180,7 @@ def test_train_step_clips_the_gradient_norm():
 def test_the_zero_grad_probe_sees_gradients_left_from_the_step_before():
     """Notebook 07's visible test of zero_grad: with SGD(lr=0) two steps on one batch compute the same gradient, so
     optimizer.step() receives it twice over when the first step's gradients were not cleared."""
-    from transformer_course.probes.training import step_gradient_norms
+    from course_testkit.probes.training import step_gradient_norms
 
     def without_zero_grad(model, src, tgt, optimizer, scheduler=None, pad_idx=0, smoothing=0.1, clip=1.0):
         logits = model(src, tgt[:, :-1])
@@ -200,7 +200,7 @@ def test_the_train_step_tests_stand_in_for_the_loss_is_no_answer_but_reads_its_a
     """Notebook 07's tests give train_step a stand-in for label_smoothing_loss (probes.loss_double): its value is far
     from the label-smoothed loss, so that a judge sees which one a step used, and it depends on the labels, the
     smoothing and ignore_index as the loss does (with smoothing 0 it is the cross-entropy)."""
-    from transformer_course.probes.training import loss_double
+    from course_testkit.probes.training import loss_double
 
     double = loss_double(3)
     g = torch.Generator().manual_seed(0)

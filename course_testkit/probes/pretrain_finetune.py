@@ -1,7 +1,7 @@
 """Probes of notebook 10 (pack_sequences, document_mask, sft_example, sft_loss, LoRALinear, add_lora).
 
 Each ``*_cases(tag)`` builds a test's inputs: fixed, readable ones for the visible tests (tag None), drawn from
-``secret_generator(tag)`` for the hidden ones. The probe and the judge (transformer_course/oracles/finetune.py)
+``secret_generator(tag)`` for the hidden ones. The probe and the judge (course_testkit/oracles/pretrain_finetune.py)
 call the same function, so both see the same inputs; nothing here knows an expected value.
 """
 import torch
@@ -277,7 +277,7 @@ def add_lora_cases(tag=None):
 
 def add_lora_inputs(case, seed):
     """A GPT of notebook 09 (the course's) with seeded weights, tokens, and the weights of the summed logits."""
-    from ..gpt import GPT
+    from transformer_course.gpt import GPT
     from ..testing import same_random_numbers
     (vocab, d_model, n_heads, n_layers, d_ff), _, _, length = case
     with same_random_numbers(seed):

@@ -11,7 +11,7 @@ torch.optim.AdamW run on them; the learning rate's two branches with math.cos; s
 in float64 from the probabilities the test chose (and, in the visible tests, written out by hand); generation
 recomputed from the stand-in model's formula at every step, without a cache.
 
-The checks run in the grader's process on what the probes (transformer_course/probes/gpt.py) sent from the
+The checks run in the grader's process on what the probes (course_testkit/probes/gpt.py) sent from the
 kernel, and rebuild every input from the same seeds, or from the same secret for the hidden tests. Where the answer
 is wrong, the message names the mistake when one of the known ones explains the numbers.
 """
@@ -784,8 +784,8 @@ def check_greedy_sampling(found, rows):
 # ----------------------------------------------------------------------------- generate
 
 def prefix_logits(model_seed, vocab_size, tokens):
-    """What probes.PrefixLM gives at every position of `tokens` [B, L], recomputed from its formula in float64."""
-    stand_in = probes.PrefixLM(vocab_size, model_seed)
+    """What probes.KnownLogitsLM gives at every position of `tokens` [B, L], recomputed from its formula in float64."""
+    stand_in = probes.KnownLogitsLM(vocab_size, model_seed)
     table, offsets = stand_in.table, stand_in.offsets
     batch, length = tokens.shape
     out = torch.zeros(batch, length, vocab_size, dtype=torch.float64)

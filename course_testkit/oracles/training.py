@@ -9,7 +9,7 @@ label_smoothing. Never the course's solution (transformer_course.data, transform
 step trains is the course's finished Transformer (notebook 06's).
 
 The checks run in the grader's process, on the data the tests' probes sent from the kernel
-(transformer_course/probes/training.py, which also builds the inputs both sides share, from the grading run's
+(course_testkit/probes/training.py, which also builds the inputs both sides share, from the grading run's
 secret): the facts of the student's vocabularies, the losses, gradients and parameters after the student's
 training steps. The checks of label_smoothing_loss's values and of noam_lr take the student's function, or its
 calls replayed (probing.replayed).

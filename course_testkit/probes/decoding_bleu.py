@@ -2,7 +2,7 @@
 
 The probes run the student's decoders on ``TableModel``s and on a small real Transformer (in the kernel) and
 hand back what they returned and what the stand-ins saw wrong (``mask_problems``); the judges (transformer_course.
-oracles.decoding, in the grader) decode the same tables themselves, from the same cases built here. The hidden
+oracles.decoding_bleu, in the grader) decode the same tables themselves, from the same cases built here. The hidden
 tests' cases are drawn from the grading run's secret (probing.secret_generator): table seeds, sizes, sources,
 special ids, and every id of the designed tables renamed (``relabeled``), so the kernel and the judge build the
 same cases and no answer can know them in advance. beam_search's tests give it ``greedy_double`` for
@@ -18,7 +18,7 @@ from collections import namedtuple
 import torch
 from torch import nn
 
-from ..masks import padding_mask, target_mask
+from transformer_course.masks import padding_mask, target_mask
 from ..probing import attempt, record_calls, secret_generator, secret_seed
 
 
@@ -335,7 +335,7 @@ RealCase = namedtuple("RealCase", "seed src max_len bos eos beam_size alpha", de
 def real_transformer(seed, bos=None, eos=None):
     """A small real Transformer (weights from ``seed``), in eval mode. Its generator never says <pad> (0) or
     ``bos`` (as a trained model would not), and favours ``eos`` a little, so that hypotheses end."""
-    from ..model import Transformer
+    from transformer_course.model import Transformer
     from ..testing import same_random_numbers
 
     with same_random_numbers(seed):

@@ -24,7 +24,7 @@ NORMS = {"encoder": ("norm1", "norm2"), "decoder": ("norm1", "norm2", "norm3")}
 
 def kind_of(value):
     """The course's class a part is an instance of (by name), else its own type's name."""
-    from .. import LayerNorm, MultiHeadAttention, PositionalEncoding, PositionwiseFeedForward, TokenEmbedding
+    from transformer_course import LayerNorm, MultiHeadAttention, PositionalEncoding, PositionwiseFeedForward, TokenEmbedding
     kinds = (MultiHeadAttention, PositionwiseFeedForward, LayerNorm, TokenEmbedding, PositionalEncoding,
              torch.nn.Dropout, torch.nn.Linear, torch.nn.ModuleList)
     return next((kind.__name__ for kind in kinds if isinstance(value, kind)), type(value).__name__)
@@ -507,7 +507,7 @@ def transformer_case(case, tag):
 def transformer_values_run(make, case, tag):
     """The student's model (``make(case)`` with the pad index drawn, the case's weights, eval mode): forward, and
     encode and decode on their own."""
-    from ..masks import padding_mask, target_mask
+    from transformer_course.masks import padding_mask, target_mask
 
     case, weights, src, tgt, memory = transformer_case(case, tag)
     model = loaded(lambda: make(case), weights)
@@ -559,7 +559,7 @@ def transformer_dropout_run(model, number, tag):
     """The student's model with the case's weights, in train mode drawing the secret's random numbers: forward, and
     the contract's data path generator(decode(tgt, encode(src, src_mask), src_mask, tgt_mask)) through its own
     methods; then eval mode."""
-    from ..masks import padding_mask, target_mask
+    from transformer_course.masks import padding_mask, target_mask
     from ..testing import same_random_numbers
 
     weights, src, tgt = dropout_model_case(number, tag)

@@ -3,12 +3,12 @@
 The expected values come from PyTorch's nn.MultiheadAttention holding the student's weights, and a float64
 formula written out here with einsum, which also computes what the known mistakes compute (only for a wrong
 answer) so that a message can name the mistake. Neither is the course's solution (transformer_course.attention). The student's module
-runs in the kernel (probes.multi_head), with stand-ins of split_heads and merge_heads and the course's finished
+runs in the kernel (probes.multi_head_attention), with stand-ins of split_heads and merge_heads and the course's finished
 scaled_dot_product_attention in the notebook's namespace and weights drawn from a seed; the checks here take
-what it returned, and ``mha``, a module that holds the same weights (probes.multi_head.stand_in, or the
+what it returned, and ``mha``, a module that holds the same weights (probes.multi_head_attention.stand_in, or the
 student's module itself in tests/test_components.py).
 
-The stand-ins negate some features of the heads (probes.multi_head.head_signs) and cancel out when an answer uses
+The stand-ins negate some features of the heads (probes.multi_head_attention.head_signs) and cancel out when an answer uses
 both, as the notebook asks. The contract lets an answer cut or merge the heads inline instead, and one that calls one
 stand-in and reshapes inline elsewhere is right too: its queries and keys, or its values and its merged heads, then
 carry different signs. Every check accepts those results as well (``_mixed``).
@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import testing
-from ..probes.multi_head import EXTRA_DIMENSION, feature_signs, seeded_weights
+from ..probes.multi_head_attention import EXTRA_DIMENSION, feature_signs, seeded_weights
 from ..probing import Raised, returned
 
 
@@ -226,7 +226,7 @@ def check_mask(out, mha, n_heads, what, args, mask):
 
 def check_attn(found, mha, n_heads, p, what, query, key, value, mask, train_query, seed=7):
     """`attn` after a forward in eval mode, then after one in train mode (dropout ``p``, the random numbers of ``seed``)
-    on ``train_query``, from what probes.multi_head.attn_calls recorded: the per-head weights before dropout
+    on ``train_query``, from what probes.multi_head_attention.attn_calls recorded: the per-head weights before dropout
     (nn.MultiheadAttention returns them after dropout, which names that mistake)."""
     batch, q_len, k_len = query.shape[0], query.shape[1], key.shape[1]
     output(found["eval"], what.replace("attn after ", ""), query, key, mask)
@@ -281,7 +281,7 @@ def check_dropout(out, mha, n_heads, p, what, query, key, value, mask, seed):
 
 
 def check_layers(found, d_model, seed, x, ones, p, what):
-    """The structure test's values, from what probes.multi_head.layer_outputs recorded: each projection of ``what``,
+    """The structure test's values, from what probes.multi_head_attention.layer_outputs recorded: each projection of ``what``,
     holding the seeded weights of ``seed``, maps ``x`` to x @ weightᵀ + bias with its own weights; its dropout keeps
     of ``ones`` what F.dropout with ``p`` keeps with the same random numbers."""
     found = returned(found, what)

@@ -2,10 +2,10 @@
 
 Nothing here knows an expected value. Seeded weights and inputs (``attention_case``, ``gpt_case``, ...) are built
 the same way in the kernel, where the probe loads them into the student's module, and in the grader, where the
-judge computes what the module should give (transformer_course.oracles.gpt). The visible tests' inputs come from
+judge computes what the module should give (course_testkit.oracles.gpt). The visible tests' inputs come from
 fixed seeds; the hidden tests' (``hidden_*``) from the grading run's secret (probing.secret_generator), sizes
 included. The stand-ins: ``RopeDouble`` replaces apply_rope in CausalSelfAttention's tests, ``attention_double``
-CausalSelfAttention in GPT's, so that a mistake in either costs points in its own tests only; ``PrefixLM`` is the
+CausalSelfAttention in GPT's, so that a mistake in either costs points in its own tests only; ``KnownLogitsLM`` is the
 model of ``generate``'s tests, a language model whose every logit is a known function of the prefix.
 """
 import math
@@ -520,7 +520,7 @@ class TinyLM(nn.Module):
 
     def __init__(self, seed=0):
         super().__init__()
-        from ..layers import LayerNorm
+        from transformer_course.layers import LayerNorm
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -739,8 +739,8 @@ def greedy_runs(sample_next, rows):
 
 # ----------------------------------------------------------------------------- generate
 
-class PrefixLM(nn.Module):
-    """A stand-in language model whose logits are a known function of the prefix: at position t, after tokens
+class KnownLogitsLM(nn.Module):
+    """A stand-in causal language model whose logits are a known function of the tokens so far: at position t, after
     x_0 ... x_t,    logits = sum over j <= t of 0.5 ** (t - j) * table[x_j]  +  offsets[t].
 
     forward(tokens [B, T], cache=None) -> logits [B, T, V], like a GPT: with a cache (a dict) the tokens are
@@ -827,7 +827,7 @@ def generate_runs(generate, cases, seeds=None):
     runs = []
     for case, seed in with_seeds(cases, seeds):
         vocab_size, _, _, max_new, cache, choose, training = case
-        model = PrefixLM(vocab_size, seed).train(training)
+        model = KnownLogitsLM(vocab_size, seed).train(training)
         log = ChoiceLog() if choose else None
         kwargs = {} if log is None else {"choose": log}
         result = attempt(generate, model, generate_prompt(case, seed), max_new, cache=cache, **kwargs)

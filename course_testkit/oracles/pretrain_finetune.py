@@ -7,7 +7,7 @@ fine-tuning example by placing each token by hand; the loss as -log_softmax in f
 and its gradient as (softmax - one_hot) / n; LoRA's output, gradients and merged weight as float64 formulas;
 add_lora's effect by putting the test double in the projections of the same GPT, a step of SGD by hand.
 
-The checks run in the grader's process on what the probes (transformer_course/probes/finetune.py) sent from the
+The checks run in the grader's process on what the probes (course_testkit/probes/pretrain_finetune.py) sent from the
 kernel, and rebuild every input from the same seeds. Where the answer is wrong, the message names the mistake
 when one of the known ones explains the numbers.
 """
@@ -16,7 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..probes import finetune as probes
+from ..probes import pretrain_finetune as probes
 from ..probing import outcome
 from ..testing import assert_close, check_tensor
 

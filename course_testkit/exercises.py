@@ -1,10 +1,11 @@
 """What the course knows about each notebook's exercises, written once; torch-free, so the grader reads it cheaply.
 
 ``NOTEBOOKS`` maps each assignment (its folder name) to its exercises, in the course's order
-(../shared/exercise-contract.md). ``FINISHED`` maps each exercise to the pieces of this package that hold its
-finished version, as ``"module.name"``: the answer first, then the helpers that do its work. While notebook N
-is graded, the grading kernel sees a copy of the package without the finished pieces of notebook N and of
-every later notebook (autograder/stripped.py), except a piece an earlier notebook's finished parts still need.
+(../shared/exercise-contract.md). ``FINISHED`` maps each exercise to the pieces of the course package
+(transformer_course) that hold its finished version, as ``"module.name"``: the answer first, then the helpers
+that do its work. While notebook N is graded, the grading kernel sees a copy of the package without the finished
+pieces of notebook N and of every later notebook (autograder/stripped.py), except a piece an earlier notebook's
+finished parts still need.
 """
 NOTEBOOKS = {
     "01_positional_encoding": ("positional_encoding", "TokenEmbedding", "PositionalEncoding"),
@@ -20,20 +21,9 @@ NOTEBOOKS = {
     "10_pretrain_finetune": ("pack_sequences", "document_mask", "sft_example", "sft_loss", "LoRALinear", "add_lora"),
 }
 
-# assignment -> the name of its modules in the hidden tests' kit: transformer_course/probes/<name>.py (the kernel's
-# half) and transformer_course/oracles/<name>.py (the judges'; 01 has none).
-TEST_MODULES = {
-    "01_positional_encoding": "positional_encoding",
-    "02_attention": "attention",
-    "03_masking": "masking",
-    "04_multi_head_attention": "multi_head",
-    "05_layer_norm_feed_forward": "layer_norm",
-    "06_transformer": "transformer",
-    "07_training": "training",
-    "08_decoding_bleu": "decoding",
-    "09_gpt": "gpt",
-    "10_pretrain_finetune": "finetune",
-}
+# assignment -> the name of its modules in the tests' kit, the notebook's name without its number:
+# course_testkit/probes/<name>.py (the kernel's half) and course_testkit/oracles/<name>.py (the judges'; 01 has none).
+TEST_MODULES = {assignment: assignment.split("_", 1)[1] for assignment in NOTEBOOKS}
 
 FINISHED = {
     "positional_encoding": ("embeddings.positional_encoding",),
@@ -77,6 +67,34 @@ FINISHED = {
     "add_lora": ("finetune.add_lora",),
 }
 
+
+# assignment -> the course package's extras its install cell installs besides the package (pyproject's
+# [project.optional-dependencies]): spaCy, sacreBLEU and SentencePiece only for the notebooks that tokenise or score
+# (autograder/release.py writes them into the install cells).
+EXTRAS = {"07_training": ("text",), "08_decoding_bleu": ("text",), "09_gpt": ("text",), "10_pretrain_finetune": ("text",)}
+
+# assignment -> what its kernels import on first use and is slow to import: torch._dynamo (1.1-1.5 s), on an
+# optimizer's first step (07-10) and on a first operation on the 'meta' device (03's device tests, 06's count of the
+# base model's parameters), and spaCy (0.6 s), when the data cells first tokenise (07, 09, 10). The kernel server
+# imports these before it forks a kernel of such an assignment (autograder/dispatch.py): 2-3 s less per submission
+# of 07 and 09. A missing entry costs each kernel that time, nothing else (tests/test_autograde.py checks the table
+# against what the solution notebooks import).
+KERNEL_FIRST_USE_IMPORTS = {"03_masking": ("torch._dynamo",), "06_transformer": ("torch._dynamo",),
+                            "07_training": ("torch._dynamo", "spacy"), "08_decoding_bleu": ("torch._dynamo",),
+                            "09_gpt": ("torch._dynamo", "spacy"), "10_pretrain_finetune": ("torch._dynamo", "spacy")}
+
+# assignment -> what its judges import on first use: torch._dynamo (1-3 s), which an optimizer's first step imports
+# (07, 09), and sacreBLEU (0.5 s), the BLEU oracle's (08). The grader's fork server imports them too when one of
+# these assignments is graded (autograder/local_workers.py). A missing entry costs each worker that time, nothing
+# else (tests/test_grader.py checks the table against the oracles the notebooks import).
+JUDGES_FIRST_USE_IMPORTS = {"07_training": ("torch._dynamo",), "08_decoding_bleu": ("sacrebleu",),
+                            "09_gpt": ("torch._dynamo",)}
+
+# Exercises with about one way to write them: the course's own solution scores the similarity report's copy
+# threshold or more against the package's version, so the code cannot tell a copy from an honest answer: only the
+# same text (comments and docstrings too) is flagged as a copy there (autograder/similarity.py).
+# tests/test_library_answers.py checks that this is exactly the exercises whose solution reaches the threshold.
+NOT_COMPARED = frozenset({"target_mask", "PositionwiseFeedForward", "Encoder", "Decoder", "noam_lr", "train_step"})
 
 def notebook_of(exercise):
     """The assignment whose exercise ``exercise`` is (KeyError for a name that is none)."""

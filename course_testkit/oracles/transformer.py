@@ -1,7 +1,7 @@
 """Oracles of notebook 06 (EncoderLayer, DecoderLayer, Encoder, Decoder, Transformer), shared by its hidden tests
 and tests/test_components.py.
 
-The checks are judges: they run in the grader's process on what the probes (transformer_course.probes.transformer)
+The checks are judges: they run in the grader's process on what the probes (course_testkit.probes.transformer)
 found in the kernel. The probe loads weights drawn from the secret (probing.secret_generator) into the student's
 module; the judge draws them again from its own copy of the secret, never from what the kernel sent back.
 
@@ -29,10 +29,10 @@ from torch import nn
 import transformer_course as course
 
 from .. import testing
-from ..layers import LayerNorm
+from transformer_course.layers import LayerNorm
 from ..probing import Raised, returned, secret_seed
 from ..probes import transformer as probes
-from .multi_head import copy_weights
+from .multi_head_attention import copy_weights
 
 
 def copy_norm(theirs, ours):

@@ -38,15 +38,14 @@ import zipfile
 
 import torch
 
-PROBE_MIME = "application/vnd.transformer-course.probe+base64"
-JUDGE_OUTSIDE = "COURSE_JUDGE_OUTSIDE"   # set by the grader in the kernel's environment
+from .protocol import JUDGE_OUTSIDE, PROBE_MIME, SEED_VARIABLE  # noqa: F401  (the notebooks' cells import them here)
+
 MAX_BYTES = 32 * 2**20                   # one probe's data, serialized: more is refused
 MAX_MESSAGE = 200                        # characters kept of an exception's message
 MAX_TENSOR_BYTES = 2 * MAX_BYTES         # the values of all of one probe's tensors, loaded
 MAX_NODES = 100_000                      # containers, numbers and strings in one probe's data, as restored
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 _RAISED_KEY = "__raised__"
-SEED_VARIABLE = "COURSE_TEST_SEED"       # the secret of the hidden tests' inputs, in the kernel's environment
 _judging_seed = contextvars.ContextVar("judging_seed", default=None)   # the grader's copy, while it judges
 
 

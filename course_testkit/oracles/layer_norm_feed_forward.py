@@ -119,7 +119,7 @@ def check_affine(out, x, gamma, beta, eps, what):
 def check_gradients(grads, x, upstream, gamma, beta, eps):
     """The gradients that (norm(x) * upstream).sum().backward() left in x and in the gamma and beta of a
     LayerNorm holding ``gamma`` and ``beta`` (``grads``: {"x", "gamma", "beta"}, None where none arrived,
-    as probes.layer_norm.gradients records them) against autograd through PyTorch's layer norm in float64."""
+    as probes.layer_norm_feed_forward.gradients records them) against autograd through PyTorch's layer norm in float64."""
     d = x.shape[-1]
     x64 = x.detach().double().requires_grad_()
     g64 = gamma.detach().double().requires_grad_()
@@ -218,7 +218,7 @@ def check_feed_forward_float64(out, ffn, x, what):
 
 
 def check_feed_forward_parts(found, weights, x, hidden, ones, p, seed, what):
-    """The structure test's values, from what probes.layer_norm.feed_forward_parts recorded: linear1 and linear2,
+    """The structure test's values, from what probes.layer_norm_feed_forward.feed_forward_parts recorded: linear1 and linear2,
     holding ``weights``, compute x W1ᵀ + b1 and hidden W2ᵀ + b2; dropout keeps of ``ones`` what F.dropout with ``p``
     keeps with the same random numbers."""
     returned(found["loaded"], f"giving {what} the test's weights")

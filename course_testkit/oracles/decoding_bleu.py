@@ -1,7 +1,7 @@
 """Oracles of notebook 08 (greedy_decode, beam_search, corpus_bleu): the judges of its test cells.
 
 The probes (in the kernel) run the student's decoders on stand-in models whose scores come from tables
-(transformer_course.probes.decoding: TableModel, the tables and the cases), and on a small real Transformer
+(course_testkit.probes.decoding_bleu: TableModel, the tables and the cases), and on a small real Transformer
 whose table is read from its forward() (``forward_table``), and hand back what they returned
 and what the stand-ins saw wrong; the checks here take that data (``found``) and read the expected values from
 the same tables on Python lists: the greedy rows row by row, the beam search step by step as the contract
@@ -19,7 +19,7 @@ from collections import Counter
 import torch
 
 from .. import testing
-from ..probes import decoding as probes
+from ..probes import decoding_bleu as probes
 from ..probing import Raised, outcome, paired  # noqa: F401  (notebook 08 imports them from here)
 
 

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .. import testing
-from ..attention import scaled_dot_product_attention
+from transformer_course.attention import scaled_dot_product_attention
 from ..probing import Raised, attempt, secret_generator
 
 LAYERS = ("w_q", "w_k", "w_v", "w_o")
@@ -154,7 +154,7 @@ def attn_of(mha):
 
 
 def attn_calls(namespace, mha, query, key, value, mask, train_query, seed=7):
-    """For oracles.multi_head.check_attn: a forward in eval mode and `attn` after it, then one in train mode on
+    """For oracles.multi_head_attention.check_attn: a forward in eval mode and `attn` after it, then one in train mode on
     ``train_query`` (with the random numbers of ``seed``) and `attn` after that."""
     found = {"eval": forward(namespace, mha, query, key, value, mask)}
     if isinstance(mha, Raised):

@@ -4,7 +4,7 @@ Nothing here knows an expected value. The inputs (sentences, logits, learning-ra
 batches) are built by the same code in the kernel and in the grader; the probes call the student's answer on
 them and hand back plain data: a vocabulary's itos, stoi, length, encodings and decodings (a Vocab object
 cannot travel), the losses and parameters after a training step, or what each call raised. The judges
-(transformer_course.oracles.training) rebuild the inputs and compute what is expected themselves.
+(course_testkit.oracles.training) rebuild the inputs and compute what is expected themselves.
 
 The hidden tests' inputs are drawn from ``secret_generator(tag)`` (each function below names its tag), so that
 neither a table of results nor a recorded payload can pass them. train_step's tests give the answer a stand-in
@@ -318,7 +318,7 @@ def noam_types(noam_lr, calls):
 
 def tiny_model(pad_idx=0, seed=0, src_vocab=11, tgt_vocab=13):
     """The course's Transformer, small, its weights drawn from ``seed``."""
-    from ..model import Transformer
+    from transformer_course.model import Transformer
 
     with same_random_numbers(seed):
         return Transformer(src_vocab, tgt_vocab, d_model=16, n_heads=2, num_encoder_layers=1, num_decoder_layers=1,
