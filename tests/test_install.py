@@ -111,7 +111,7 @@ def test_install_sources():
 def build_wheel(tmp_path):
     """The repository's wheel, built from a copy so that no build/ or *.egg-info is left in the repository."""
     source = tmp_path / "source"
-    for package in ("transformer_course", "autograder", "notebooks"):   # notebooks/: the releases the package ships
+    for package in ("transformer_course", "course_testkit", "autograder", "notebooks"):   # notebooks/: the releases
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
