@@ -403,16 +403,19 @@ def copy_runs(answer, src, max_lens):
 # ----------------------------------------------------------------------------- beam_search
 
 def double_rows(src, max_len, bos_idx, eos_idx, pad_idx, vocab_size):
-    """What ``greedy_double`` returns: rows of greedy_decode's form (<bos>, words, usually <eos>, then padding; at
-    most max_len ids) whose words are drawn from the secret and the arguments, not from any model."""
+    """What ``greedy_double`` returns: rows of greedy_decode's form (<bos>, then words and <eos> followed by
+    padding, or, for a row that never ends, words up to max_len ids, where greedy_decode stops) whose words are
+    drawn from the secret and the arguments, not from any model."""
     bos, eos, pad, max_len = int(bos_idx), int(eos_idx), int(pad_idx), int(max_len)
     words = [w for w in range(vocab_size) if w not in (pad, bos, eos)]
     generator = random.Random(f"{secret_seed('greedy double')}:{src.tolist()}:{max_len}:{bos}:{eos}:{pad}")
     rows = []
     for _ in range(src.size(0)):
-        n = generator.randint(0, max_len - 1)                  # ids after <bos>
-        ends = int(n > 0 and generator.random() < 0.75)
-        rows.append([bos] + [generator.choice(words) for _ in range(n - ends)] + [eos] * ends)
+        if max_len > 1 and generator.random() < 0.75:           # ends: words, <eos>, then padding
+            n = generator.randint(1, max_len - 1)               # ids after <bos>, the <eos> included
+            rows.append([bos] + [generator.choice(words) for _ in range(n - 1)] + [eos])
+        else:                                                   # never ends: words up to max_len
+            rows.append([bos] + [generator.choice(words) for _ in range(max_len - 1)])
     return padded(rows, pad).to(src.device)
 
 
