@@ -105,11 +105,12 @@ def test_the_checks_find_an_upward_import_and_a_circle(tmp_path):
 REGISTRY = ROOT / "course_testkit" / "exercises.py"
 
 
-def registry_names(registry=REGISTRY):
+def registry_names():
     """The assignments and exercises that course_testkit/exercises.py names."""
-    namespace = {}
-    exec(compile(registry.read_text(encoding="utf-8"), str(registry), "exec"), namespace)
-    return set(namespace["NOTEBOOKS"]) | {e for exercises in namespace["NOTEBOOKS"].values() for e in exercises}
+    from autograder.stripped import registry
+
+    notebooks = registry().notebooks
+    return set(notebooks) | {e for exercises in notebooks.values() for e in exercises}
 
 
 def own_lists(path, names):
