@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 from autograder import CONFIG  # noqa: E402
-from grading import dask_cluster, solved  # noqa: E402  (tests/grading.py: what the tests use too)
+from support.clusters import dask_cluster  # noqa: E402  (tests/support/: what the tests use too)
+from support.notebooks import solved  # noqa: E402
 
 MODES = ("nbgrader", "local", "dask")
 PROJECTED_STUDENTS = 1000

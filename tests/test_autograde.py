@@ -3,7 +3,7 @@
 For every assignment with a suite of realistic answers in tests/submissions/: the release filled with the
 solutions, graded by nbgrader itself, gets full marks and raises in no cell (the notebooks' smoke mode, which the
 autograder uses; tests/test_notebooks_run.py runs the quick modes). The other submissions are scored with
-nbgrader's rule in one kernel per assignment (``grading.KernelReplay``), which first scores the solution exactly as
+nbgrader's rule in one kernel per assignment (``support.replay.KernelReplay``), which first scores the solution exactly as
 nbgrader did: the untouched release gets zero on every test cell, and so does the release whose every answer
 imports the course's finished version; each wrong answer loses points in its own exercise only (with feedback
 that names the mistake), each route to the course's finished answer scores 0 in its exercise, and each correct
@@ -12,9 +12,20 @@ would take most of CI's time.
 """
 import nbformat
 import pytest
+from support.courses import ScratchCourse
+from support.notebooks import (
+    SOLUTIONS,
+    SUBMISSIONS,
+    answer_ids,
+    finished_answers,
+    grade_cells_of,
+    load_suite,
+    nbgrader_cells,
+    pack,
+    with_answers,
+)
+from support.replay import KernelReplay
 
-from grading import (SOLUTIONS, SUBMISSIONS, KernelReplay, ScratchCourse, answer_ids, finished_answers, grade_cells_of,
-                     load_suite, nbgrader_cells, pack, with_answers)
 from autograder.stripped import registry
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
@@ -23,7 +34,7 @@ ASSIGNMENTS = sorted(p.stem for p in SUBMISSIONS.glob("[0-9][0-9]_*.py"))
 
 
 # Three kinds of route to the course's finished answers, run through the kernel for every exercise: the object
-# itself, a wrapper (or a module) around it, a copy of its code (grading.finished_answers has every route; in the
+# itself, a wrapper (or a module) around it, a copy of its code (support.notebooks.finished_answers has every route; in the
 # kernel the stripped package holds none of them: tests/test_stripped_package.py).
 KERNEL_ROUTES = ("imports the finished version", "a wrapper around a reference taken earlier",
                  "a module that holds the finished one", "a verbatim copy of the package's source")

@@ -15,8 +15,9 @@ import sys
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell
+from support.courses import GRADING_ENV, ScratchCourse
+from support.notebooks import solved
 
-from grading import GRADING_ENV, ScratchCourse, solved
 from autograder.dispatch import MAX_FILE_BYTES, submission_files
 from autograder.grade import _fingerprint
 from autograder.sandbox import Limits, sandbox_available

@@ -9,9 +9,17 @@ from pathlib import Path
 import pytest
 import sacrebleu
 
-from transformer_course.bleu import (bleu_report, bleu_statistics, capitalize_first, corpus_bleu, detokenize,
-                                     ngram_counts, sacrebleu_score, sentence_bleu)
 from course_testkit.oracles.decoding_bleu import sacre
+from transformer_course.bleu import (
+    bleu_report,
+    bleu_statistics,
+    capitalize_first,
+    corpus_bleu,
+    detokenize,
+    ngram_counts,
+    sacrebleu_score,
+    sentence_bleu,
+)
 
 REAL_MIRROR = Path(os.environ.get("MULTI30K_MIRROR") or Path(__file__).resolve().parents[2] / "shared/data/multi30k")
 

@@ -12,7 +12,7 @@ nbgrader's server extension, run from a scratch course), scores the written answ
 gradebook then holds that score and comment.
 
 Each test starts its own server (127.0.0.1, a free port, a token) and Chromium (Debian's, through Playwright), and
-ends them. Skipped, with the reason, without Playwright or Chromium (tests/browser.py). A failed step keeps a
+ends them. Skipped, with the reason, without Playwright or Chromium (tests/support/browser.py). A failed step keeps a
 screenshot under the test's tmp path and names it in the failure.
 """
 import json
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-from browser import chromium, jupyter_server, needs_browser, open_page
-from grading import ROOT, ScratchCourse, nbgrader_cell, with_answers
+from support.browser import chromium, jupyter_server, needs_browser, open_page
+from support.courses import ScratchCourse
+from support.notebooks import ROOT, nbgrader_cell, with_answers
 
 pytestmark = [needs_browser, pytest.mark.slow]
 

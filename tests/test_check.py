@@ -10,10 +10,10 @@ import sys
 
 import nbformat
 import pytest
+from support.notebooks import ROOT, SOLUTIONS, nbgrader_cells, solved, with_answers
 
 from autograder.check import check_notebook, find_release, render, unanswered_questions
 from autograder.sandbox import Limits
-from grading import ROOT, SOLUTIONS, nbgrader_cells, solved, with_answers
 
 pytestmark = [pytest.mark.xdist_group("check"), pytest.mark.slow]
 

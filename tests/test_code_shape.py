@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LINES = 60
-CHECKED_DIRECTORIES = ["transformer_course", "autograder", "benchmarks", "tests", "data"]
+CHECKED_DIRECTORIES = ["transformer_course", "course_testkit", "autograder", "benchmarks", "tests", "data"]
 
 
 def long_functions(directory, root=ROOT, max_lines=MAX_LINES):

@@ -13,20 +13,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from transformer_course.attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
-from transformer_course.layers import (Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm,
-                                       PositionwiseFeedForward)
-from transformer_course.masks import causal_mask, padding_mask, target_mask
-from transformer_course.model import Transformer
-from course_testkit.probes.attention import dropout_calls
-from course_testkit.probes.multi_head_attention import attn_calls, give_weights, stand_in
 from course_testkit.oracles import attention as attention_oracle
 from course_testkit.oracles import layer_norm_feed_forward as layer_norm_oracle
 from course_testkit.oracles import masking as masking_oracle
 from course_testkit.oracles import multi_head_attention as multi_head_oracle
 from course_testkit.oracles.multi_head_attention import copy_weights
-from course_testkit.testing import same_random_numbers
 from course_testkit.oracles.transformer import copy_layer, sinusoids, torch_layer, torch_stack
+from course_testkit.probes.attention import dropout_calls
+from course_testkit.probes.multi_head_attention import attn_calls, give_weights, stand_in
+from course_testkit.testing import same_random_numbers
+from transformer_course.attention import MultiHeadAttention, merge_heads, scaled_dot_product_attention, split_heads
+from transformer_course.layers import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, PositionwiseFeedForward
+from transformer_course.masks import causal_mask, padding_mask, target_mask
+from transformer_course.model import Transformer
 
 D_MODEL, N_HEADS, D_FF = 16, 4, 32
 PAD = 0

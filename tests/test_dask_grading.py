@@ -12,10 +12,11 @@ import time
 
 import nbformat
 import pytest
+from support.clusters import dask_client, dask_cluster, kill_group
+from support.courses import ScratchCourse
+from test_grader import ASSIGNMENT, CORRECT_ADD, CORRECT_MUL, answer, source_notebook
 
 from autograder.sandbox import sandbox_available
-from grading import ScratchCourse, dask_client, dask_cluster, kill_group
-from test_grader import ASSIGNMENT, CORRECT_ADD, CORRECT_MUL, answer, source_notebook
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),

@@ -17,13 +17,27 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.builders import add_held_out_stand_in, mirror_of_six
 
 from transformer_course import data
-from transformer_course.data import (SHA256SUMS, ChecksumError, DownloadError, MisalignedError, MissingFileError,
-                                     TokenBatchSampler, TranslationDataset, UnreadableFileError, Vocab, build_vocab,
-                                     collate_batch, fetch, load_split, read_sentences, tokenize)
+from transformer_course.data import (
+    SHA256SUMS,
+    ChecksumError,
+    DownloadError,
+    MisalignedError,
+    MissingFileError,
+    TokenBatchSampler,
+    TranslationDataset,
+    UnreadableFileError,
+    Vocab,
+    build_vocab,
+    collate_batch,
+    fetch,
+    load_split,
+    read_sentences,
+    tokenize,
+)
 from transformer_course.training_data import multi30k_dataloaders
-from helpers import add_held_out_stand_in, mirror_of_six
 
 REAL_MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 

@@ -12,12 +12,21 @@ import pytest
 import torch
 import torch.nn as nn
 
+from course_testkit.oracles.decoding_bleu import greedy_rows, log_probs, penalised
 from transformer_course import Transformer
 from transformer_course.cache import IncrementalDecoder, cached_greedy_decode
-from transformer_course.decoding import (beam_search, beam_search_batch, greedy_decode, sample_decode, sampling_distribution,
-                                         strip_specials, top_k_filter, top_p_filter, translate)
+from transformer_course.decoding import (
+    beam_search,
+    beam_search_batch,
+    greedy_decode,
+    sample_decode,
+    sampling_distribution,
+    strip_specials,
+    top_k_filter,
+    top_p_filter,
+    translate,
+)
 from transformer_course.masks import causal_mask, padding_mask
-from course_testkit.oracles.decoding_bleu import greedy_rows, log_probs, penalised
 
 
 class TableModel(nn.Module):
@@ -440,7 +449,7 @@ def test_bad_arguments():
 # ----------------------------------------------------------------------------- translate
 
 def test_translate_copies_with_a_copy_model():
-    from transformer_course.data import Vocab, SPECIALS
+    from transformer_course.data import SPECIALS, Vocab
     vocab = Vocab(list(SPECIALS) + ["ein", "hund", "läuft", "."])
     pad, bos, eos = (vocab.stoi[s] for s in ("<pad>", "<bos>", "<eos>"))
 

@@ -12,9 +12,9 @@ as it does in plain nbgrader: such a cell's verdict is the kernel's word, and th
 """
 import pytest
 from nbformat.v4 import new_notebook
+from support.notebooks import nbgrader_cell
 
 from autograder.execute import execute_notebook
-from grading import nbgrader_cell
 from autograder.sandbox import Limits, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "

@@ -19,10 +19,21 @@ import warnings
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
+from support.notebooks import ROOT, SOLUTIONS, nbgrader_cells
 
-from grading import ROOT, SOLUTIONS, nbgrader_cells
-from autograder.feedback import (HIDDEN_NOTE, LONG_RUN, MAX_ASSERTION, MAX_OTHER, HiddenText, hidden_text, own_text,
-                                 render, scrub, shorten, shown_error)
+from autograder.feedback import (
+    HIDDEN_NOTE,
+    LONG_RUN,
+    MAX_ASSERTION,
+    MAX_OTHER,
+    HiddenText,
+    hidden_text,
+    own_text,
+    render,
+    scrub,
+    shorten,
+    shown_error,
+)
 from autograder.grade import CellGrade
 
 ASSIGNMENT = "07_training"

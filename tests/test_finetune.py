@@ -6,11 +6,11 @@ import os
 import pytest
 import torch
 
-from transformer_course import finetune
-from transformer_course.gpt import GPT
 from course_testkit.oracles import pretrain_finetune as oracle
 from course_testkit.probes import pretrain_finetune as probes
 from course_testkit.probing import judging_with, pack, unpack
+from transformer_course import finetune
+from transformer_course.gpt import GPT
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 

@@ -9,15 +9,15 @@ import torch.nn.functional as F
 
 import transformer_course as course
 from autograder.stripped import withheld
+from course_testkit.oracles import gpt as oracle
+from course_testkit.probes import gpt as probes
+from course_testkit.probing import judging_with, pack, unpack
 from transformer_course import gpt
 from transformer_course.checkpoints import load_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, load_config
 from transformer_course.data import Vocab
 from transformer_course.decoding import beam_search, greedy_decode
 from transformer_course.model import Transformer, build_model
-from course_testkit.oracles import gpt as oracle
-from course_testkit.probes import gpt as probes
-from course_testkit.probing import judging_with, pack, unpack
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 

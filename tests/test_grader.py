@@ -22,8 +22,9 @@ import sys
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from support.courses import ScratchCourse
+from support.notebooks import ROOT, SOLUTIONS, answer_ids, colab, nbgrader_cell, nbgrader_cells, solved, with_answers
 
-from grading import ROOT, SOLUTIONS, ScratchCourse, answer_ids, colab, nbgrader_cell, nbgrader_cells, solved, with_answers
 from autograder.__main__ import main
 from autograder.sandbox import sandbox_available
 

@@ -17,11 +17,19 @@ from importlib import metadata
 
 import nbformat
 import pytest
+from support.notebooks import ROOT, SOLUTIONS
 
 import transformer_course
-from autograder.release import (Course, assignments, course_install_cell, install_cell, install_cell_source, read_course,
-                                tomllib, update_readme)
-from grading import ROOT, SOLUTIONS
+from autograder.release import (
+    Course,
+    assignments,
+    course_install_cell,
+    install_cell,
+    install_cell_source,
+    read_course,
+    tomllib,
+    update_readme,
+)
 
 NOTEBOOKS = ROOT / "notebooks"
 COURSE = read_course()

@@ -16,12 +16,12 @@ import zipfile
 
 import nbformat
 import pytest
+from support.notebooks import SOLUTIONS, nbgrader_cells
 
 from autograder.cells import is_test
 from autograder.execute import execute_notebook
 from autograder.sandbox import Limits, sandbox_available
 from autograder.stripped import stripped_package
-from grading import SOLUTIONS, nbgrader_cells
 from course_testkit.probing import PROBE_MIME
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
@@ -348,7 +348,8 @@ def test_through_the_grader_the_solution_gets_full_marks_and_a_forger_nothing(tm
     import subprocess
     import sys
 
-    from grading import GRADING_ENV, ScratchCourse, with_answers
+    from support.courses import GRADING_ENV, ScratchCourse
+    from support.notebooks import with_answers
 
     course = ScratchCourse(tmp_path, ASSIGNMENT)
     course.submit("solution", with_answers(course.release, course.solution_answers()))

@@ -1,8 +1,8 @@
-"""Which cells ``grading.KernelReplay`` re-runs for a submission: nbgrader's cells, and the demonstrations that bind
+"""Which cells ``support.replay.KernelReplay`` re-runs for a submission: nbgrader's cells, and the demonstrations that bind
 or change a name a later one of them reads, directly or through another demonstration that is re-run."""
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
-
-from grading import KernelReplay, nbgrader_cell
+from support.notebooks import nbgrader_cell
+from support.replay import KernelReplay
 
 
 def replayed(*cells):

@@ -9,14 +9,22 @@ import textwrap
 
 import nbformat
 import pytest
-from grading import ROOT, SOLUTIONS, ScratchCourse, answer_ids, grade_cells_of, load_suite, solved, with_answers
+from support.courses import ScratchCourse
+from support.notebooks import ROOT, SOLUTIONS, answer_ids, grade_cells_of, load_suite, solved, with_answers
 from test_similarity import disguise
 
 import transformer_course
 from autograder.cells import grade_id, is_test
 from autograder.check import check_notebook, render
-from autograder.library_answers import (COPY_THRESHOLD, ENAME, copied_answers, flagged_answers,
-                                        library_answers, package_pairs, refuse_flagged)
+from autograder.library_answers import (
+    COPY_THRESHOLD,
+    ENAME,
+    copied_answers,
+    flagged_answers,
+    library_answers,
+    package_pairs,
+    refuse_flagged,
+)
 from autograder.sandbox import Limits, sandbox_available
 from autograder.similarity import finished_source
 from autograder.stripped import registry

@@ -5,8 +5,7 @@ import sys
 
 import nbformat
 import pytest
-
-from grading import ROOT, SOLUTIONS
+from support.notebooks import ROOT, SOLUTIONS
 
 pytestmark = pytest.mark.slow   # starts pytest again
 

@@ -15,8 +15,8 @@ import matplotlib
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from support.notebooks import SOLUTIONS
 
-from grading import SOLUTIONS
 from transformer_course.data import default_cache_dir
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out

@@ -7,8 +7,8 @@ import pytest
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from support.notebooks import SOLUTIONS  # noqa
 
-from grading import SOLUTIONS  # noqa: E402
 from transformer_course.plotting import HIGHLIGHT, architecture_map  # noqa: E402
 
 # The boxes each notebook's part must light up, by their labels, and how many of each.

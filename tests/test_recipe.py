@@ -4,16 +4,16 @@ import os
 
 import pytest
 import torch
+from support.builders import add_held_out_stand_in, mirror_of_six
 from torch import nn
 
 from transformer_course import Transformer
-from transformer_course.cpu import FastDropout, use_fast_dropout
-from transformer_course.subword import SubwordTokenizer
 from transformer_course.checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, RECIPE_FILE, load_config
-from transformer_course.training_data import load_multi30k
+from transformer_course.cpu import FastDropout, use_fast_dropout
 from transformer_course.data import Vocab, load_split
-from helpers import add_held_out_stand_in, mirror_of_six
+from transformer_course.subword import SubwordTokenizer
+from transformer_course.training_data import load_multi30k
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 needs_mirror = pytest.mark.skipif(not MIRROR, reason="needs the Multi30k mirror (../shared/data/multi30k)")

@@ -18,11 +18,12 @@ import sys
 
 import nbformat
 import pytest
+from support.courses import ScratchCourse, worker_nbgrader
+from support.notebooks import ROOT, nbgrader_cells
+from test_grader import ASSIGNMENT, CORRECT_ADD, WRITTEN, answer, source_notebook
 
-from grading import ROOT, ScratchCourse, _warm_nbgrader, nbgrader_cells
 from autograder.__main__ import main
 from autograder.sandbox import CELL_TIMEOUT, Limits, configured_cell_timeout, sandbox_available
-from test_grader import ASSIGNMENT, CORRECT_ADD, WRITTEN, answer, source_notebook
 
 needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                    "create namespaces here: apt-get install bubblewrap")
@@ -228,7 +229,7 @@ def test_a_deleted_gradebook_gives_a_command_that_records_the_assignment_again(c
     (copied / "gradebook.db").unlink()
     line = refused(main, [command, ASSIGNMENT, "--course", str(copied)])
     assert f"`nbgrader generate_assignment {ASSIGNMENT} --force`" in line, line
-    _warm_nbgrader().run(["generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR"], copied)
+    worker_nbgrader().run(["generate_assignment", ASSIGNMENT, "--force", "--log-level=ERROR"], copied)
     from autograder.grade import check_assignment
     check_assignment(copied, ASSIGNMENT)      # the gradebook knows the assignment again
 

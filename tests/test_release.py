@@ -9,11 +9,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from support.notebooks import ROOT, SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells
 
 from autograder import CONFIG
 from autograder.__main__ import main
 from autograder.release import INSTALL_ID, assignments, generate_releases, install_cell
-from grading import ROOT, SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells
 
 NOTEBOOKS = ROOT / "notebooks"
 ASSIGNMENTS = assignments(SOLUTIONS)

@@ -14,9 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbgrader.preprocessors import CheckCellMetadata, DeduplicateIds
+from support.notebooks import colab
 
 from autograder.repair import RepairError, repair_file, repair_notebook
-from grading import colab
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 

@@ -6,8 +6,8 @@ import concurrent.futures
 import copy
 import dataclasses
 import os
-import socket
 import shutil
+import socket
 import tempfile
 import threading
 import time

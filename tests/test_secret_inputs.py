@@ -15,9 +15,10 @@ import nbformat
 import pytest
 import torch
 from nbformat.v4 import new_notebook
+from support.courses import GRADING_ENV, ScratchCourse
+from support.notebooks import nbgrader_cell, nbgrader_cells, with_answers
 
 from autograder.sandbox import sandbox_available
-from grading import GRADING_ENV, ScratchCourse, nbgrader_cell, nbgrader_cells, with_answers
 from course_testkit import probing
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bw
               pytest.mark.xdist_group("grader"), pytest.mark.slow]
 
 ASSIGNMENT = "ps1"
-PUBLISHED_SEED = 20261128   # the secret the course's own tests fix (tests/grading.py): anyone can read it
+PUBLISHED_SEED = 20261128   # the secret the course's own tests fix (tests/support/courses.py): anyone can read it
 
 SETUP = "import torch\nfrom course_testkit.probing import attempt, returned, run_test, secret_generator\n"
 DOUBLE = "def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"

@@ -13,12 +13,22 @@ import textwrap
 
 import nbformat
 import pytest
-from grading import ROOT, ScratchCourse, colab, load_suite, with_answers
+from support.courses import ScratchCourse
+from support.notebooks import ROOT, colab, load_suite, with_answers
 
 import transformer_course
 from autograder.__main__ import main
-from autograder.similarity import (ORACLES, PACKAGE, SOLUTIONS, is_reference, normalise, oracle_sources, red_flag_counts,
-                                   red_flags, similarity_report)
+from autograder.similarity import (
+    ORACLES,
+    PACKAGE,
+    SOLUTIONS,
+    is_reference,
+    normalise,
+    oracle_sources,
+    red_flag_counts,
+    red_flags,
+    similarity_report,
+)
 
 ASSIGNMENT = "05_layer_norm_feed_forward"
 WRONG, UNUSUAL = load_suite(ASSIGNMENT)

@@ -8,8 +8,9 @@ import textwrap
 
 import nbformat
 import pytest
+from support.courses import ScratchCourse
+from support.notebooks import SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells, with_answers
 
-from grading import SOLUTIONS, ScratchCourse, answer_ids, grade_cells_of, nbgrader_cells, with_answers
 from autograder.sandbox import package_folder, sandbox_available
 from autograder.stripped import build, registry, strip_source, stripped_package, withheld
 

@@ -2,8 +2,7 @@
 import pytest
 import torch
 
-from course_testkit.testing import (assert_close, assert_raises_value_error, check_tensor,
-                                        same_random_numbers, substituted)
+from course_testkit.testing import assert_close, assert_raises_value_error, check_tensor, same_random_numbers, substituted
 
 
 def test_assert_close_accepts_a_match_within_tolerance():

@@ -14,22 +14,21 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from support.builders import tiny_model
 from torch import nn
 
-from helpers import tiny_model
-from transformer_course import Transformer
-from transformer_course.data import Vocab
-from course_testkit.oracles.training import params, reference_step
-from transformer_course.train import main
 import transformer_course.training_run as training_run
+from course_testkit.oracles.training import params, reference_step
+from transformer_course import Transformer, devices
 from transformer_course.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
 from transformer_course.configs import CONFIGS, make_config
-from transformer_course import devices
+from transformer_course.data import Vocab
 from transformer_course.devices import amp_dtype, choose_device, cpu_has_bfloat16
 from transformer_course.schedules import linear_decay_lr, lr_scheduler
 from transformer_course.teacher_forced import teacher_forced_scores
-from transformer_course.training_run import _check_resumable
+from transformer_course.train import main
 from transformer_course.training import label_smoothing_loss, noam_lr, train_step
+from transformer_course.training_run import _check_resumable
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),

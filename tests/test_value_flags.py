@@ -3,12 +3,12 @@ cannot follow gets full marks from the tests (it is right) but is flagged, for a
 secret inputs are bit for bit F.layer_norm's; F.group_norm with one group is refused by the source check."""
 import nbformat
 import pytest
+from support.notebooks import ROOT, SOLUTIONS, with_answers
 
 from autograder.execute import execute_notebook
 from autograder.library_answers import flagged_answers
 from autograder.sandbox import Limits, sandbox_available
 from autograder.stripped import stripped_package
-from grading import ROOT, SOLUTIONS, with_answers
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not "
                                                    "installed: apt-get install bubblewrap")]

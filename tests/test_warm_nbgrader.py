@@ -1,13 +1,13 @@
-"""tests/warm_nbgrader.py runs an nbgrader command as ``python -m nbgrader`` does: in the folder given, with its exit
+"""tests/support/warm_nbgrader.py runs an nbgrader command as ``python -m nbgrader`` does: in the folder given, with its exit
 status, and its output when it fails."""
 import subprocess
 
 import nbformat
 import pytest
 from nbformat.v4 import new_notebook
-
-from grading import GRADING_ENV, nbgrader_cell
-from warm_nbgrader import WarmNbgrader
+from support.courses import GRADING_ENV
+from support.notebooks import nbgrader_cell
+from support.warm_nbgrader import WarmNbgrader
 
 pytestmark = pytest.mark.slow   # nbgrader's commands
 

@@ -1,4 +1,5 @@
-"""Small builders the tests share (beside grading.py, which builds and grades course directories)."""
+"""Small builders the tests share: a tiny seeded Transformer, a Multi30k mirror of the course's six files, a
+stand-in held-out set."""
 import gzip
 import os
 
