@@ -4,6 +4,11 @@ Multi30k: on a machine without internet (CI here) the notebooks and the trainer 
 from a local mirror instead of downloading them. ../shared/data/multi30k next to the repository is such a
 mirror; set MULTI30K_MIRROR yourself to use another. Notebook kernels and nbgrader inherit the variable.
 
+Secrets: the hidden tests' inputs are drawn from COURSE_TEST_SEED (course_testkit/probing.py). The tests fix it
+(support/courses.py's TEST_SEED unless it is set) in their own processes and in those they start, so that a
+failure can be repeated; set it to try another. The tests of a secret drawn per submission remove it from the
+environment they grade in.
+
 Threads: pytest-xdist already runs one worker per core. A worker whose torch also used every core would
 fight the other workers for them, and torch's spinning threads make that very slow (a 10-second test took
 130 s in the full suite), so each worker, and every kernel it starts, uses one thread.
@@ -14,11 +19,14 @@ import os
 from pathlib import Path
 
 import pytest
+from support.courses import TEST_SEED
 
 MIRROR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 if "MULTI30K_MIRROR" not in os.environ and MIRROR.is_dir():
     os.environ["MULTI30K_MIRROR"] = str(MIRROR)
+
+os.environ.setdefault("COURSE_TEST_SEED", TEST_SEED)
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
