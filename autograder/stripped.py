@@ -57,15 +57,30 @@ def registry():
     return _registry(package_folder(KIT))
 
 
+def piece_path(piece):
+    """(module, name) of a finished piece named as in exercises.FINISHED, "module.name": the module may be one of a
+    subpackage ("run.loop.train": ("run.loop", "train")); the name is the last part."""
+    module, _, name = piece.rpartition(".")
+    if not module or not name:
+        raise ValueError(f"{piece!r} is no \"module.name\" of the course package")
+    return module, name
+
+
+def module_file(module):
+    """The file, relative to the package's folder, of its module ``module`` (dotted: "run.loop" is run/loop.py)."""
+    return Path(*module.split(".")).with_suffix(".py")
+
+
 def withheld(assignment, kit=None):
     """{(module, name): (exercise, whether it is the answer itself)} of what ``assignment``'s copy withholds:
-    the finished parts of its exercises and of the later notebooks', but no helper an earlier one needs."""
+    the finished parts of its exercises and of the later notebooks', but no helper an earlier one needs. ``module``
+    is dotted for a module of a subpackage ("run.loop.train": ("run.loop", "train"))."""
     notebooks, finished = _registry(kit or package_folder(KIT))[:2]
     order = list(notebooks)
     # A notebook of another name (renamed by an instructor, say) fails closed: it sees no finished exercise.
     first = order.index(assignment) if assignment in notebooks else 0
     later = {e for a in order[first:] for e in notebooks[a]}
-    pieces = {exercise: tuple(tuple(piece.split(".")) for piece in parts) for exercise, parts in finished.items()}
+    pieces = {exercise: tuple(piece_path(piece) for piece in parts) for exercise, parts in finished.items()}
     needed = {piece for exercise, parts in pieces.items() if exercise not in later for piece in parts}
     found = {}
     for exercise, parts in pieces.items():
@@ -164,7 +179,7 @@ def build(assignment, target, keep_oracles=True, sources=None):
     for (module, name), owner in withheld(assignment, sources[KIT]).items():
         by_module.setdefault(module, {})[name] = owner
     for module, names in by_module.items():
-        path = Path(target) / PACKAGE / f"{module}.py"
+        path = Path(target) / PACKAGE / module_file(module)
         path.write_text(strip_source(path.read_text(encoding="utf-8"), names, assignment, module), encoding="utf-8")
     # Compiled once here, since the kernel may not write beside a read-only package; named by the path it has there.
     for name, source in sources.items():

@@ -17,7 +17,7 @@ import time
 import torch
 
 from train_step_vs_nn_transformer import random_batch, timed_train_step
-from transformer_course.configs import RECIPE_FILE, load_config
+from transformer_course.run.configs import RECIPE_FILE, load_config
 from transformer_course.cpu import for_cpu_training
 from transformer_course.devices import amp_dtype, autocast, precision_note
 from transformer_course.model import build_model

@@ -2,10 +2,10 @@
 
 ``NOTEBOOKS`` maps each assignment (its folder name) to its exercises, in the course's order
 (../shared/exercise-contract.md). ``FINISHED`` maps each exercise to the pieces of the course package
-(transformer_course) that hold its finished version, as ``"module.name"``: the answer first, then the helpers
-that do its work. While notebook N is graded, the grading kernel sees a copy of the package without the finished
-pieces of notebook N and of every later notebook (autograder/stripped.py), except a piece an earlier notebook's
-finished parts still need.
+(transformer_course) that hold its finished version, as ``"module.name"`` (a subpackage's module dotted:
+``"run.loop.name"``): the answer first, then the helpers that do its work. While notebook N is graded, the grading
+kernel sees a copy of the package without the finished pieces of notebook N and of every later notebook
+(autograder/stripped.py), except a piece an earlier notebook's finished parts still need.
 """
 NOTEBOOKS = {
     "01_positional_encoding": ("positional_encoding", "TokenEmbedding", "PositionalEncoding"),

@@ -37,7 +37,7 @@ from transformer_course.data import (
     read_sentences,
     tokenize,
 )
-from transformer_course.training_data import multi30k_dataloaders
+from transformer_course.run.batches import multi30k_dataloaders
 
 REAL_MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 

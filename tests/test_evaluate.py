@@ -15,9 +15,9 @@ import sacrebleu
 import torch
 
 from transformer_course import Transformer
-from transformer_course.checkpoints import load_checkpoint, save_checkpoint
 from transformer_course.data import SPECIALS, Vocab, load_split, tokenize
 from transformer_course.evaluate import main
+from transformer_course.run.checkpoints import load_checkpoint, save_checkpoint
 
 REAL_MIRROR = Path(os.environ.get("MULTI30K_MIRROR") or Path(__file__).resolve().parents[2] / "shared/data/multi30k")
 needs_mirror = pytest.mark.skipif(not (REAL_MIRROR / "test_2016_flickr.en.gz").exists(), reason="no Multi30k mirror")

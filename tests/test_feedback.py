@@ -252,12 +252,12 @@ def test_an_error_name_that_is_no_class_name_is_not_shown():
 def test_the_courses_own_messages_are_shown_whole():
     """The stripped package's refusals of a finished answer (NotImplementedError, not AssertionError) fit MAX_OTHER,
     and no message of the tests, the oracles or the refusals has a run without a space that the page would remove."""
-    from autograder.stripped import _message, registry
+    from autograder.stripped import _message, piece_path, registry
 
     notebooks, finished = registry().notebooks, registry().finished
     for assignment in notebooks:
         for exercise, pieces in finished.items():
-            for position, (module, name) in enumerate(piece.split(".") for piece in pieces):
+            for position, (module, name) in enumerate(map(piece_path, pieces)):
                 message = _message(assignment, module, name, exercise, position == 0)
                 assert shown_error("NotImplementedError", message, HiddenText()) == f"NotImplementedError: {message}"
     texts = [c.source for path in SOLUTIONS.glob("*/*.ipynb")

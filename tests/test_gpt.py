@@ -13,11 +13,11 @@ from course_testkit.oracles import gpt as oracle
 from course_testkit.probes import gpt as probes
 from course_testkit.probing import judging_with, pack, unpack
 from transformer_course import gpt
-from transformer_course.checkpoints import load_checkpoint, save_checkpoint
-from transformer_course.configs import CONFIGS, load_config
 from transformer_course.data import Vocab
 from transformer_course.decoding import beam_search, greedy_decode
 from transformer_course.model import Transformer, build_model
+from transformer_course.run.checkpoints import load_checkpoint, save_checkpoint
+from transformer_course.run.configs import CONFIGS, load_config
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 
@@ -335,7 +335,7 @@ def test_a_decoder_only_checkpoint_reloads_as_one(tmp_path):
 
 @pytest.mark.skipif(not MIRROR, reason="needs the Multi30k mirror (../shared/data/multi30k)")
 def test_the_trainer_trains_a_decoder_only_translator(tmp_path):
-    from transformer_course.training_run import train
+    from transformer_course.run.loop import train
 
     config = load_config(gpt.DECODER_ONLY_RECIPE)
     config["model"].update(d_model=16, n_heads=2, d_ff=32, num_decoder_layers=1)

@@ -129,6 +129,10 @@ def build_wheel(tmp_path):
     shipped = zipfile.ZipFile(wheel).namelist()
     for assignment in assignments(SOLUTIONS):   # for a student's check (python -m autograder check)
         assert f"transformer_course/releases/{assignment}/{assignment}.ipynb" in shipped, f"{assignment} not in the wheel"
+    # Every module of the package ships, its subpackages' too (pyproject.toml lists each package by name).
+    modules = {path.relative_to(ROOT).as_posix() for path in (ROOT / "transformer_course").rglob("*.py")
+               if "__pycache__" not in path.parts}
+    assert not modules - set(shipped), f"modules missing from the wheel: {sorted(modules - set(shipped))}"
     # The tests' kit ships beside the package, which holds none of it.
     assert {"course_testkit/exercises.py", "course_testkit/probes/gpt.py", "course_testkit/oracles/gpt.py"} <= set(shipped)
     assert not [name for name in shipped if name.startswith("transformer_course/") and

@@ -8,12 +8,12 @@ from support.builders import add_held_out_stand_in, mirror_of_six
 from torch import nn
 
 from transformer_course import Transformer
-from transformer_course.checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
-from transformer_course.configs import CONFIGS, RECIPE_FILE, load_config
 from transformer_course.cpu import FastDropout, use_fast_dropout
 from transformer_course.data import Vocab, load_split
+from transformer_course.run.batches import load_multi30k
+from transformer_course.run.checkpoints import average_checkpoints, load_checkpoint, save_checkpoint
+from transformer_course.run.configs import CONFIGS, RECIPE_FILE, load_config
 from transformer_course.subword import SubwordTokenizer
-from transformer_course.training_data import load_multi30k
 
 MIRROR = os.environ.get("MULTI30K_MIRROR")
 needs_mirror = pytest.mark.skipif(not MIRROR, reason="needs the Multi30k mirror (../shared/data/multi30k)")
@@ -88,7 +88,7 @@ def tiny_checkpoint(path, seed):
 
 def test_average_checkpoints_is_the_mean_of_the_weights(tmp_path, monkeypatch):
     models = [tiny_checkpoint(tmp_path / f"epoch{i}.pt", i) for i in (1, 2, 3)]
-    monkeypatch.setattr("transformer_course.checkpoints.SubwordTokenizer", lambda proto: proto)  # not a real model
+    monkeypatch.setattr("transformer_course.run.checkpoints.SubwordTokenizer", lambda proto: proto)  # not a real model
     average_checkpoints([tmp_path / f"epoch{i}.pt" for i in (1, 2, 3)], tmp_path / "averaged.pt")
     averaged = load_checkpoint(tmp_path / "averaged.pt")
     for name, value in averaged["model"].state_dict().items():

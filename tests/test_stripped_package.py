@@ -12,7 +12,7 @@ from support.courses import ScratchCourse
 from support.notebooks import SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells, with_answers
 
 from autograder.sandbox import package_folder, sandbox_available
-from autograder.stripped import build, registry, strip_source, stripped_package, withheld
+from autograder.stripped import build, module_file, piece_path, registry, strip_source, stripped_package, withheld
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 
@@ -79,6 +79,35 @@ def test_a_copy_is_built_once_per_assignment_and_source():
     assert "is not available while notebook ps1 is graded" in renamed and "angle = position /" not in renamed
 
 
+def test_a_piece_in_a_subpackage_is_withheld_in_its_module(tmp_path):
+    """FINISHED may name a piece of a subpackage's module, "run.loop.train": the copy strips run/loop.py."""
+    package, kit = tmp_path / "sources" / "transformer_course", tmp_path / "sources" / "course_testkit"
+    (package / "run").mkdir(parents=True)
+    kit.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "run" / "__init__.py").write_text("")
+    (package / "run" / "loop.py").write_text("def train():\n    return 'finished'\n\n\ndef kept():\n    return 'kept'\n")
+    (package / "schedules.py").write_text("def lr():\n    return 'finished'\n")
+    (kit / "exercises.py").write_text(
+        'NOTEBOOKS = {"01_first": ("lr",), "02_second": ("train",)}\nTEST_MODULES = {}\n'
+        'FINISHED = {"lr": ("schedules.lr",), "train": ("run.loop.train",)}\nEXTRAS = {}\n'
+        'KERNEL_FIRST_USE_IMPORTS = {}\nJUDGES_FIRST_USE_IMPORTS = {}\nNOT_COMPARED = frozenset()\n')
+    assert piece_path("run.loop.train") == ("run.loop", "train") and str(module_file("run.loop")) == "run/loop.py"
+    assert withheld("02_second", kit) == {("run.loop", "train"): ("train", True)}
+    build("02_second", tmp_path / "copy", sources={"transformer_course": package, "course_testkit": kit})
+    printed = run_with(tmp_path / "copy", """
+        from transformer_course.run.loop import kept, train
+        from transformer_course.schedules import lr
+        try:
+            train()
+        except NotImplementedError as error:
+            print("withheld:", error)
+        print(kept(), lr())
+        """)
+    assert "withheld: the course's finished `train` is not available while notebook 02_second" in printed, printed
+    assert "kept finished" in printed, printed
+
+
 def test_the_registry_matches_the_notebooks_and_the_package():
     """NOTEBOOKS lists each notebook's answer cells; FINISHED names each exercise's pieces, all in the package."""
     notebooks, finished = registry().notebooks, registry().finished
@@ -88,9 +117,9 @@ def test_the_registry_matches_the_notebooks_and_the_package():
         assert set(answer_ids(solution)) == set(exercises), assignment
     defined = {}
     for exercise, pieces in finished.items():
-        for module, name in (piece.split(".") for piece in pieces):
+        for module, name in map(piece_path, pieces):
             if module not in defined:
-                tree = ast.parse((package_folder() / f"{module}.py").read_text(encoding="utf-8"))
+                tree = ast.parse((package_folder() / module_file(module)).read_text(encoding="utf-8"))
                 defined[module] = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
             assert name in defined[module], f"{exercise}: {module}.{name} is no function or class of the package"
 
@@ -108,18 +137,18 @@ def test_every_finished_exercise_of_the_notebook_and_the_later_ones_is_withheld(
     notebooks, finished = registry().notebooks, registry().finished
     order = list(notebooks)
     later = {e for a in order[order.index(assignment):] for e in notebooks[a]}
-    needed_earlier = {tuple(p.split(".")) for e, pieces in finished.items() if e not in later for p in pieces}
+    needed_earlier = {piece_path(p) for e, pieces in finished.items() if e not in later for p in pieces}
     found = withheld(assignment)
     assert {exercise for exercise, answer in found.values() if answer} == later
     for exercise in later:
-        for piece in map(tuple, (p.split(".") for p in finished[exercise])):
+        for piece in map(piece_path, finished[exercise]):
             assert piece in found or piece in needed_earlier, f"{'.'.join(piece)} of {exercise} is kept"
     assert not {owner for owner, _ in found.values()} - later, "a finished part of an earlier notebook is withheld"
     by_module = {}
     for (module, name), owner in found.items():
         by_module.setdefault(module, {})[name] = owner
     for module, names in by_module.items():
-        text = strip_source((package_folder() / f"{module}.py").read_text(encoding="utf-8"), names, assignment, module)
+        text = strip_source((package_folder() / module_file(module)).read_text(encoding="utf-8"), names, assignment, module)
         for node in ast.parse(text).body:
             if getattr(node, "name", None) in names:
                 assert all(len(body) == 1 and isinstance(body[0], ast.Raise) for body in _bodies(node)), \

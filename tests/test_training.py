@@ -17,18 +17,18 @@ import torch.nn.functional as F
 from support.builders import tiny_model
 from torch import nn
 
-import transformer_course.training_run as training_run
+import transformer_course.run.loop as loop
 from course_testkit.oracles.training import params, reference_step
 from transformer_course import Transformer, devices
-from transformer_course.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
-from transformer_course.configs import CONFIGS, make_config
 from transformer_course.data import Vocab
 from transformer_course.devices import amp_dtype, choose_device, cpu_has_bfloat16
+from transformer_course.run.checkpoints import load_checkpoint, read_checkpoint, save_checkpoint
+from transformer_course.run.configs import CONFIGS, make_config
+from transformer_course.run.loop import _check_resumable
+from transformer_course.run.validation import teacher_forced_scores
 from transformer_course.schedules import linear_decay_lr, lr_scheduler
-from transformer_course.teacher_forced import teacher_forced_scores
 from transformer_course.train import main
 from transformer_course.training import label_smoothing_loss, noam_lr, train_step
-from transformer_course.training_run import _check_resumable
 
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
@@ -318,7 +318,7 @@ def test_cli_trains_writes_checkpoints_and_a_log_and_resumes(tmp_path, capsys, m
     assert run_cli(tmp_path, "resumed", "--epochs", "2") == 2, "an existing run is not overwritten without --resume"
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume", "--d-model", "64") == 2, "other settings: refused"
     reads = []    # last.pt is read once on resume: for the check that there is something to resume, and the restore
-    monkeypatch.setattr(training_run, "read_checkpoint", lambda path, *args, **kwargs: reads.append(Path(path).name)
+    monkeypatch.setattr(loop, "read_checkpoint", lambda path, *args, **kwargs: reads.append(Path(path).name)
                         or read_checkpoint(path, *args, **kwargs))
     assert run_cli(tmp_path, "resumed", "--epochs", "2", "--resume") == 0
     assert reads == ["last.pt"], f"resuming read {reads}"

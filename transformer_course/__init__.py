@@ -1,4 +1,4 @@
-"""The course's shared package: finished components, plotting, data and test helpers.
+"""The course's shared package: finished components, data, plotting, and the training and evaluation commands.
 
 Each notebook implements one part of the Transformer; the later notebooks import the finished
 version of every earlier part from here, so a mistake in one notebook never breaks the next.
@@ -17,7 +17,7 @@ from .layers import Decoder, DecoderLayer, Encoder, EncoderLayer, LayerNorm, Pos
 from .model import Transformer
 from .data import Vocab, build_vocab
 from .training import label_smoothing_loss, noam_lr, train_step
-from .checkpoints import load_checkpoint, save_checkpoint
+from .run.checkpoints import load_checkpoint, save_checkpoint
 from .decoding import beam_search, greedy_decode
 from .bleu import corpus_bleu
 from .gpt import (CausalSelfAttention, GPT, adamw_param_groups, apply_rope, generate, lm_loss, sample_next,

@@ -6,7 +6,7 @@ The pipeline, one step per section below:
     --tokenize--> token lists --build_vocab / Vocab--> ids --TranslationDataset--> (src, tgt) id tensors
     --TokenBatchSampler + collate_batch--> padded [B, S] / [B, T] LongTensors
 
-`transformer_course.training_data` runs all of it (`load_multi30k`, `multi30k_dataloaders`). The data is
+`transformer_course.run.batches` runs all of it (`load_multi30k`, `multi30k_dataloaders`). The data is
 downloaded at run time and never redistributed (see data/README.md); set MULTI30K_MIRROR to a folder holding
 the six official .gz files to work offline, and MULTI30K_CACHE to move the download cache (default
 ~/.cache/transformer_course/multi30k).

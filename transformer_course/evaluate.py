@@ -159,7 +159,7 @@ def fail(message):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     check_options(args)
-    from .checkpoints import load_checkpoint    # imported here so that --help works without torch
+    from .run.checkpoints import load_checkpoint    # imported here so that --help works without torch
     from .devices import choose_device
 
     try:   # everything the options name, read before any work: a bad one is a one-line error

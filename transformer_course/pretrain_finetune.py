@@ -86,7 +86,7 @@ COURSE_PARTS = Parts()
 
 
 class Corpus(NamedTuple):
-    data: object               # training_data.TrainingData: pairs as ids, the joint vocabulary, the subword model
+    data: object               # run.batches.TrainingData: pairs as ids, the joint vocabulary, the subword model
     documents: list            # the pre-training documents (lists of ids), German and English captions, shuffled
     val_blocks: torch.Tensor   # held-out captions packed: the pre-training loss is measured on them
     ids: dict                  # "<pad>", "<bos>", "<eos>" -> id
@@ -96,7 +96,7 @@ class Corpus(NamedTuple):
 
 def load_corpus(settings, parts=COURSE_PARTS, **fetch_options):
     """Multi30k cut into lowercased joint BPE pieces, the monolingual documents and the held-out blocks."""
-    from .training_data import load_multi30k
+    from .run.batches import load_multi30k
 
     data = load_multi30k(settings.max_train_pairs, settings.max_val_pairs, lowercase=True, tokenizer="subword",
                          vocab_size=settings.vocab_size, **fetch_options)

@@ -22,12 +22,12 @@ from pathlib import Path
 import torch
 
 from .data import HELD_OUT, Multi30kError
-from .evaluate import evaluate
-from .train import add_run_options
-from .checkpoints import load_checkpoint
-from .configs import RECIPE_FILE, load_config
 from .devices import choose_device
-from .training_run import train
+from .evaluate import evaluate
+from .run.checkpoints import load_checkpoint
+from .run.configs import RECIPE_FILE, load_config
+from .run.loop import train
+from .train import add_run_options
 
 
 def parser():

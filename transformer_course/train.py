@@ -6,7 +6,7 @@
     python -m transformer_course.train --config transformer_course/recipes/multi30k_de_en_decoder_only.json --out runs/gpt
 
 Writes OUT/best.pt (the weights with the best validation loss), OUT/last.pt (to resume) and OUT/log.json
-(losses and timings). Load a checkpoint with transformer_course.checkpoints.load_checkpoint. Every setting of
+(losses and timings). Load a checkpoint with transformer_course.load_checkpoint. Every setting of
 the mode can be changed with an option (see --help); `--max-train-pairs 0` means all 29,000 pairs.
 """
 import argparse
@@ -16,9 +16,9 @@ import sys
 import torch
 
 from .data import Multi30kError
-from .configs import CONFIGS, load_config, make_config
+from .run.configs import CONFIGS, load_config, make_config
+from .run.loop import train
 from .schedules import SCHEDULES
-from .training_run import train
 
 # option -> (section, key, type)
 OVERRIDES = {

@@ -4,10 +4,10 @@
     noam_lr                the paper's warm-up-then-decay learning rate (section 5.3)
     train_step             one teacher-forced step: forward, loss, backward, clip, update, schedule
 
-The rest of training lives beside this module: schedules.py (the LambdaLR schedules), teacher_forced.py
-(validation loss, perplexity and accuracy), checkpoints.py, configs.py (the training configurations),
-training_data.py (Multi30k as batches), devices.py and training_run.py (the whole run behind
-`python -m transformer_course.train`).
+The rest of training: schedules.py (the LambdaLR schedules) and devices.py beside this module, and the run/
+subpackage, what `python -m transformer_course.train` is built from: run/configs.py (the training
+configurations), run/batches.py (Multi30k as batches), run/loop.py (the whole run), run/validation.py
+(validation loss, perplexity and accuracy) and run/checkpoints.py.
 """
 import torch
 from torch import nn

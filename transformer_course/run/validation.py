@@ -5,8 +5,8 @@ import math
 
 import torch
 
-from .devices import autocast
-from .training import label_smoothing_loss
+from ..devices import autocast
+from ..training import label_smoothing_loss
 
 __all__ = ["teacher_forced_scores"]
 

@@ -8,9 +8,9 @@ from typing import NamedTuple
 
 from torch.utils.data import DataLoader
 
-from .data import (PAD, SPECIALS, TokenBatchSampler, TranslationDataset, Vocab, build_vocab, collate_batch,
+from ..data import (PAD, SPECIALS, TokenBatchSampler, TranslationDataset, Vocab, build_vocab, collate_batch,
                    default_cache_dir, load_split, tokenize)
-from .subword import SubwordTokenizer
+from ..subword import SubwordTokenizer
 
 __all__ = ["TrainingData", "load_multi30k", "Multi30k", "multi30k_dataloaders", "batches_of"]
 

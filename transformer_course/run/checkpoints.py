@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from .data import Vocab
-from .model import build_model
-from .subword import SubwordTokenizer
+from ..data import Vocab
+from ..model import build_model
+from ..subword import SubwordTokenizer
 
 __all__ = ["save_checkpoint", "read_checkpoint", "load_checkpoint", "CheckpointError", "average_checkpoints",
            "plain_values"]

@@ -23,17 +23,17 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from .progress import tqdm
+from ..progress import tqdm
 
+from ..cpu import for_cpu_training
+from ..data import PAD, TokenBatchSampler, collate_batch
+from ..devices import amp_dtype, choose_device, precision_note
+from ..model import build_model
+from ..schedules import lr_scheduler
+from ..training import amp_train_step
+from .batches import batches_of, load_multi30k
 from .checkpoints import average_checkpoints, plain_values, read_checkpoint, save_checkpoint
-from .cpu import for_cpu_training
-from .data import PAD, TokenBatchSampler, collate_batch
-from .devices import amp_dtype, choose_device, precision_note
-from .model import build_model
-from .schedules import lr_scheduler
-from .teacher_forced import teacher_forced_scores
-from .training import amp_train_step
-from .training_data import batches_of, load_multi30k
+from .validation import teacher_forced_scores
 
 __all__ = ["train", "RunOptions", "TrainingRun", "LossWindow"]
 
@@ -44,7 +44,7 @@ class RunOptions:
 
     device: "auto" (a GPU when there is one), "cpu", "cuda", "cuda:1", "mps"; amp: mixed precision where it helps
     (devices.amp_dtype: a CUDA GPU, or a CPU with bfloat16 instructions);
-    mirror, cache_dir: where Multi30k is read from and cached (see training_data.load_multi30k);
+    mirror, cache_dir: where Multi30k is read from and cached (see batches.load_multi30k);
     save_every_steps, save_every_seconds: how often last.pt is also written between epochs (None: never);
     log_every: training steps per entry of the log; progress: progress bars; print_fn: where messages go;
     model_builder: `model_builder(**config["model"])` builds the model (default: model.build_model; a notebook

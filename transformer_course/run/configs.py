@@ -7,7 +7,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .decoding import PAPER
+from ..decoding import PAPER
 
 __all__ = ["CONFIGS", "SECTIONS", "RECIPE_FILE", "load_config", "make_config"]
 
@@ -38,7 +38,7 @@ SECTIONS = ("model", "data", "train", "evaluate")
 
 # "recipe": the course's best model (transformer_course/recipes/multi30k_de_en.json), behind
 # `python -m transformer_course.reproduce`: subwords, tied embeddings, averaged weights, beam search.
-RECIPE_FILE = Path(__file__).parent / "recipes" / "multi30k_de_en.json"
+RECIPE_FILE = Path(__file__).parent.parent / "recipes" / "multi30k_de_en.json"
 
 
 def load_config(path, **changes):
