@@ -1,4 +1,8 @@
-"""Instructor tooling on top of nbgrader: releases, sandboxed parallel grading, feedback (python -m autograder)."""
+"""Instructor tooling on top of nbgrader: releases, sandboxed parallel grading, feedback (python -m autograder).
+
+The commands are the modules at this level, one each, with the course directory's helpers; ``execution/`` is what
+runs a submission (workers, sandbox, kernels, judges), ``source/`` what reads answers' source without running it.
+"""
 import os
 import sys
 from pathlib import Path

@@ -15,8 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from .execution.sandbox import CELL_TIMEOUT, Limits
 from .release import ReleaseError, release_course
-from .sandbox import CELL_TIMEOUT, Limits
 from .similarity import DEFAULT_THRESHOLD, DEFAULT_TOP, SimilarityError, similarity_report
 
 
@@ -114,7 +114,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "grade" and args.scheduler is None:
         # Its local workers' fork server imports what they need (3-5 s) while this command imports and checks.
-        from .local_workers import fork_server
+        from .execution.local_workers import fork_server
         fork_server(args.assignment)
     from .export import ExportError   # reads no nbgrader: a student's check imports it too
 

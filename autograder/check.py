@@ -2,10 +2,10 @@
 
 It runs the notebook as the grader does: matched back to its release (repair.py: Colab drops the cells'
 grading metadata), read-only cells put back as the release has them, then every cell in a fresh kernel with
-the grader's limits and the training demos in smoke mode (execute.py; sandboxed where bubblewrap is
+the grader's limits and the training demos in smoke mode (execution/execute.py; sandboxed where bubblewrap is
 installed). It prints, per exercise, the visible tests passed and the points their failures cost, of the
 exercise's (the hidden tests can cost more), the answers the grader will refuse (the course's finished versions,
-and someone else's code: library_answers.py), the written questions still unanswered, and the cells that ran too
+and someone else's code: source/library_answers.py), the written questions still unanswered, and the cells that ran too
 long, each named as the student sees it (the exercise, the question, or the cell's first line). A repair of the
 grading metadata (Colab's) is one line, and so is a copy made from an earlier release; ``--verbose`` lists each
 repair. The cell time limit is the grader's (c.Execute.timeout of the course's nbgrader_config.py). The exit
@@ -24,15 +24,15 @@ from pathlib import Path
 import nbformat
 
 from .cells import exercise_of, grade_id, is_answer, is_grade, is_locked, is_solution, is_test
-from .execute import execute_notebook
-from .library_answers import flagged_answers
+from .execution.execute import execute_notebook
+from .execution.sandbox import REPOSITORY, Limits, sandbox_available
 from .repair import RELEASE_CHANGED, SCORES_NOTHING, RepairError, of_an_earlier_release, repair_notebook
-from .sandbox import REPOSITORY, Limits, sandbox_available
+from .source.library_answers import flagged_answers
 
 REFUSED = "FinishedAnswerUsed"   # the error the course's finished answers raise in their own tests
 READ_ONLY_CHANGED = "the grader runs the release's version"   # the end of the repair sentence for such a cell
 NO_RELEASE = "no release notebook was found to compare with"
-LIMITS = ("timeout", "output-limit", "kernel-died", "not-run")  # execute.py's problems that stop a cell
+LIMITS = ("timeout", "output-limit", "kernel-died", "not-run")  # execution/execute.py's problems that stop a cell
 
 
 @dataclass
@@ -44,7 +44,7 @@ class ExerciseResult:
     failing: float = 0.0         # the points of its test cells whose visible tests failed
     failures: list = field(default_factory=list)   # "test_id: the first line of the error"
     refused: bool = False        # the answer is the course's finished version
-    not_own: str = ""            # why the grader will score it 0 as someone else's code (library_answers.py)
+    not_own: str = ""            # why the grader will score it 0 as someone else's code (source/library_answers.py)
 
     @property
     def lost(self):
@@ -183,17 +183,17 @@ def exercise_results(executed):
 
 def assignment_of(release):
     """The course's assignment whose exercises the release's answer cells are ("" for none of them)."""
-    from .stripped import registry
+    from .execution.stripped import registry
 
     answers = {grade_id(c) for c in release.cells if is_answer(c)} if release is not None else set()
     return next((name for name, exercises in registry().notebooks.items() if answers and answers <= set(exercises)), "")
 
 
 def _graded_package(notebook, release):
-    """The course package as the grader's kernel of this assignment sees it (stripped.py: without the finished
+    """The course package as the grader's kernel of this assignment sees it (execution/stripped.py: without the finished
     answers of this notebook and the later ones)."""
-    from .judging import all_judged
-    from .stripped import stripped_package
+    from .execution.judging import all_judged
+    from .execution.stripped import stripped_package
 
     return stripped_package(assignment_of(release), keep_oracles=not all_judged(notebook))
 

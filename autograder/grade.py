@@ -12,12 +12,12 @@ grading steps, and moves only the execution out of nbgrader:
    metadata, exactly as it always does. The results go to ``.autograder/ASSIGNMENT/sanitized/``.
 3. **execute** the sanitized notebooks run in parallel, each in its own sandbox (bubblewrap: no network,
    no view of anything but the submission's own files, limits on time, memory, processes and output;
-   see sandbox.py and execute.py). The notebook itself never enters the sandbox, so the hidden tests
-   cannot be read from disk. The workers are local processes, or a Dask cluster's (dispatch.py): each
+   see execution/sandbox.py and execution/execute.py). The notebook itself never enters the sandbox, so the hidden tests
+   cannot be read from disk. The workers are local processes, or a Dask cluster's (execution/dispatch.py): each
    gets a submission and the release as bytes, and sends the executed notebooks back, with an error in
-   the test cells of any exercise answered with someone else's code (library_answers.py). A test cell
+   the test cells of any exercise answered with someone else's code (source/library_answers.py). A test cell
    written as probe and judge is judged in the worker's own process, on inputs drawn from a secret of the
-   grader's (judging.py); any other test cell (an instructor's plain ``assert`` cell) passes or fails on the
+   grader's (execution/judging.py); any other test cell (an instructor's plain ``assert`` cell) passes or fails on the
    kernel's word, as in plain nbgrader: the grader names such cells of the assignment before it grades.
 4. **record** ``nbgrader autograde --force`` runs again, on the sanitized copies and without sanitizing
    or checking them a second time, with its Execute step replaced by ``ReplayExecution``, which pastes in
@@ -53,12 +53,12 @@ from pathlib import Path
 import nbformat
 from traitlets import Unicode
 
-from .dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files, submission_payload,
-                       without_notebooks)
+from .execution.dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files,
+                                 submission_payload, without_notebooks)
+from .execution.sandbox import CELL_TIMEOUT, Limits, memory_accounting, sandbox_available
 from .nbgrader_course import (autograde, faster_nbgrader, nbgrader_api, nbgrader_config, nbgrader_output,
                               nbgrader_reason, open_gradebook, submitted_students)
 from .repair import RepairError, repair_file
-from .sandbox import CELL_TIMEOUT, Limits, memory_accounting, sandbox_available
 
 STAGING = ".autograder"
 
@@ -444,9 +444,9 @@ def _check_ready(course, assignment, students, sandbox, scheduler):
 
 
 def plain_test_cells(course, assignment):
-    """The grade ids of ``assignment``'s test cells that are not written as probe and judge (judging.py), read from
-    the gradebook's copy of their source (hidden tests included): their verdict is the kernel's word."""
-    from .judging import is_judged
+    """The grade ids of ``assignment``'s test cells that are not written as probe and judge (execution/judging.py),
+    read from the gradebook's copy of their source (hidden tests included): their verdict is the kernel's word."""
+    from .execution.judging import is_judged
 
     plain = []
     with open_gradebook(course) as gradebook:

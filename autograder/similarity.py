@@ -15,16 +15,8 @@ How answers are compared
 * **Finding the answers.** Each submission is matched back to the release with repair.py, so that a
   notebook whose nbgrader metadata Colab dropped still gives its answer cells. A notebook that cannot be
   matched (another assignment's, broken JSON) is listed in the report, not compared.
-* **Normalising.** The answer is parsed with ``ast``: comments go, and so does every statement that is
-  only a string (docstrings, strings used as comments). Names are then made canonical (below) and the
-  tree is written back with ``ast.unparse``, so that formatting disappears too. A cell that does not
-  parse falls back to ``tokenize`` with the same rules, token by token.
-* **Names.** Every name a student chose (variables, arguments, helper functions) becomes a placeholder
-  ``v1``, ``v2``, ... in the order of first appearance, so that renaming variables does not hide a copy.
-  Names every student shares stay: Python's builtins, what the release notebook imports or defines
-  (``torch``, ``nn``, ``F``, ``math``, the exercises) and the stubs' class and method names, as do
-  attribute names and keyword-argument names. Which library a student calls, and how, is the
-  substance of an answer; hiding it would make every answer of the same length look alike.
+* **Normalising.** Comments, docstrings and formatting go, and every name a student chose becomes a
+  placeholder, while the names every student shares stay (source/normalise.py says how).
 * **The scaffold does not count.** The release's own lines (signatures, ``super().__init__()``), which
   every student was given, are normalised the same way and removed from both sides. An answer with
   nothing left (the untouched stub, or the stub with a comment) is unanswered and pairs with nothing.
@@ -33,14 +25,10 @@ How answers are compared
 
 Red flags
 ---------
-An exercise needs none of: the call stack's frames, closures, code objects, ``sys.modules``, import hooks,
-trace, profile or monitoring hooks, the kernel (``get_ipython``, its event callbacks, ``set_custom_exc``),
-``os._exit``, threads or processes, ``ctypes``, the garbage collector's object lists, or ``exec``/``eval``/
-``compile`` of a string built at run time. They are how an answer reads the hidden tests while they run or
-steers the kernel, so every answer cell that uses one, and every code cell a student added, is listed with
-a short label and the line (``red_flags``), whether or not it is in a similar pair, in
-``redflags-ASSIGNMENT.csv`` and on the page, and beside each answer of a pair. It is found in the source
-with ``ast`` (names followed through the cell's imports), for a person to look at, not a verdict.
+Every answer cell that uses what no exercise needs (source/red_flags.py: frames, hooks, the kernel, threads,
+code built at run time), and every code cell a student added, is listed with a short label and the line,
+whether or not it is in a similar pair, in ``redflags-ASSIGNMENT.csv`` and on the page, and beside each
+answer of a pair: for a person to look at, not a verdict.
 """
 import ast
 import builtins
@@ -48,20 +36,18 @@ import csv
 import difflib
 import functools
 import html
-import io
-import keyword
-import re
 import textwrap
-import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
+from .execution.sandbox import KIT, package_folder
+from .execution.stripped import registry
 from .repair import RepairError, repair_notebook
-from .sandbox import KIT, package_folder
-from .stripped import registry
+from .source.normalise import _imported, _without, normalise
+from .source.red_flags import RedFlag, red_flags
 
 PACKAGE = "<course package>"           # the reserved name of the package's finished source
 SOLUTIONS = "<course solutions>"       # the course's own answer cells (source/ASSIGNMENT: public in an open course)
@@ -69,8 +55,6 @@ ORACLES = "<course oracles"            # "<course oracles: NAME>": a function of
 DEFAULT_THRESHOLD = 0.9
 COPY_THRESHOLD = 0.95                  # a student's answer this close to a public source of it is a copy
 DEFAULT_TOP = 50                       # pairs shown per exercise on the page; the CSV has them all
-_SKIPPED = {tokenize.ENCODING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-            tokenize.DEDENT, tokenize.ENDMARKER}
 
 
 class SimilarityError(Exception):
@@ -122,15 +106,6 @@ class Exercise:
             self.unanswered.append(owner)
 
 
-@dataclass(frozen=True, order=True)
-class RedFlag:
-    line: int              # in the cell
-    label: str             # what it uses: "frame: sys._getframe"
-
-    def __str__(self):
-        return f"{self.label} (line {self.line})"
-
-
 @dataclass
 class Flagged:
     """A cell with red flags: a student's answer to an exercise, or a code cell the student added."""
@@ -148,286 +123,6 @@ class Pair:
     b: Answer
     score: float
     reason: str
-
-
-# ----------------------------------------------------------------------------- normalisation
-
-def normalise(source, shared):
-    """The normalised logical lines of ``source`` (tuples of token strings), and whether it parsed."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return _fallback_lines(source, shared), False
-    _drop_strings(tree)
-    _Renamer(_placeholders(tree, shared | _imported(tree))).visit(tree)
-    return _token_lines(ast.unparse(tree)), True
-
-
-def _drop_strings(tree):
-    """Remove docstrings and other statements that are only a string: they are prose, not code."""
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list):
-            kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                            and isinstance(s.value.value, str))]
-            node.body = kept or ([] if isinstance(node, ast.Module) else [ast.Pass()])
-
-
-def _imported(tree):
-    """Names bound by imports in the cell: module names, which carry meaning like library calls."""
-    return {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
-            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
-
-
-def _placeholders(tree, shared):
-    """name -> 'v1', 'v2', ... for the names a student chose, in the order they first appear."""
-    found = sorted((node.lineno, node.col_offset, name) for node in ast.walk(tree)
-                   for name in _names_at(node) if name not in shared)
-    mapping = {}
-    for _, _, name in found:
-        mapping.setdefault(name, f"v{len(mapping) + 1}")
-    return mapping
-
-
-def _names_at(node):
-    """The names a node binds or uses (not attributes, keyword arguments or imports)."""
-    if isinstance(node, ast.Name):
-        return [node.id]
-    if isinstance(node, ast.arg):
-        return [node.arg]
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Global, ast.Nonlocal)):
-        return node.names
-    if isinstance(node, ast.ExceptHandler) and node.name:
-        return [node.name]
-    return []
-
-
-class _Renamer(ast.NodeTransformer):
-    """Apply a name mapping to every place a chosen name stands; attributes and keywords are kept."""
-
-    def __init__(self, mapping):
-        self.mapping = mapping
-
-    def rename(self, name):
-        return self.mapping.get(name, name)
-
-    def generic_visit(self, node):
-        for attribute in ("id", "arg", "name"):
-            value = getattr(node, attribute, None)
-            if isinstance(value, str) and not isinstance(node, (ast.keyword, ast.alias)):
-                setattr(node, attribute, self.rename(value))
-        if isinstance(node, (ast.Global, ast.Nonlocal)):
-            node.names = [self.rename(name) for name in node.names]
-        return super().generic_visit(node)
-
-
-def _tokens(text):
-    """tokenize's tokens of ``text``; those before a tokenize error when it has one."""
-    result = []
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            result.append(token)
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        pass                       # an unfinished cell: compare what could be read
-    return result
-
-
-def _split_lines(tokens):
-    """Group token strings into logical lines, leaving out comments and layout."""
-    lines, line = [], []
-    for token in tokens:
-        if token.type == tokenize.NEWLINE and line:
-            lines.append(tuple(line))
-            line = []
-        elif token.type not in _SKIPPED:
-            line.append(token.string)
-    return lines + ([tuple(line)] if line else [])
-
-
-def _token_lines(text):
-    return _split_lines(_tokens(text))
-
-
-def _fallback_lines(source, shared):
-    """The rules of the ``ast`` path applied to tokens, for a cell with a syntax error."""
-    tokens = [t for t in _tokens(source) if t.type not in (tokenize.COMMENT, tokenize.NL)]
-    mapping, out, depth, signature = {}, [], 0, False
-    for i, token in enumerate(tokens):
-        if token.type == tokenize.OP:
-            depth += (token.string in ("(", "[", "{")) - (token.string in (")", "]", "}"))
-        signature = token.string == "def" or (signature and token.type != tokenize.NEWLINE)
-        if token.type == tokenize.NAME and not _kept_name(tokens, i, shared, depth > 0 and not signature):
-            token = token._replace(string=mapping.setdefault(token.string, f"v{len(mapping) + 1}"))
-        elif token.type in (tokenize.NUMBER, tokenize.STRING):
-            token = token._replace(string=_literal(token.string))
-        out.append(token)
-    return [line for line in _split_lines(out) if not all(t[:1] in "'\"" for t in line)]   # docstrings
-
-
-def _kept_name(tokens, i, shared, in_call):
-    """Is the NAME token ``tokens[i]`` one the ``ast`` path keeps: a keyword, a shared name, an attribute
-    or, in a call (not a signature, whose defaults name parameters), a keyword argument?"""
-    name = tokens[i].string
-    before = tokens[i - 1].string if i else ""
-    after = tokens[i + 1].string if i + 1 < len(tokens) else ""
-    return (keyword.iskeyword(name) or keyword.issoftkeyword(name) or name in shared or before == "."
-            or (in_call and after == "=" and before in ("(", ",")))
-
-
-def _literal(text):
-    """A literal as ``ast.unparse`` writes it (1e-5 -> 1e-05, "a" -> 'a'), so both paths agree."""
-    try:
-        return repr(ast.literal_eval(text))
-    except (ValueError, SyntaxError):
-        return text
-
-
-def _without(lines, scaffold):
-    """``lines`` less one occurrence of each of the release's lines."""
-    left = Counter(scaffold)
-    kept = []
-    for line in lines:
-        if left[line]:
-            left[line] -= 1
-        else:
-            kept.append(line)
-    return kept
-
-
-# ----------------------------------------------------------------------------- red flags
-
-# A name part that means the same wherever it stands (an attribute, an imported name, a string): the label.
-_FLAGGED_PARTS = {
-    **{part: f"frame: {part}" for part in ("f_back", "f_locals", "f_globals", "f_code", "f_builtins", "tb_frame",
-                                           "gi_frame", "cr_frame")},
-    "_getframe": "frame: sys._getframe", "_current_frames": "frame: sys._current_frames",
-    "currentframe": "frame: inspect.currentframe", "getouterframes": "frame: inspect.getouterframes",
-    "getframeinfo": "frame: inspect.getframeinfo",
-    "__closure__": "closure: __closure__", "cell_contents": "closure: cell_contents",
-    **{part: f"code object: {part}" for part in ("__code__", "co_consts", "co_code", "co_names")},
-    "__globals__": "globals: __globals__", "__builtins__": "builtins: __builtins__",
-    "meta_path": "import hook: sys.meta_path", "path_hooks": "import hook: sys.path_hooks",
-    "path_importer_cache": "import hook: sys.path_importer_cache", "__import__": "import hook: __import__",
-    "settrace": "trace hook: settrace", "setprofile": "profile hook: setprofile",
-    "get_ipython": "kernel: get_ipython", "set_custom_exc": "kernel: set_custom_exc",
-    "excepthook": "kernel: excepthook", "displayhook": "kernel: displayhook",
-    "_exit": "exit: os._exit",
-    "get_objects": "gc: gc.get_objects", "get_referrers": "gc: gc.get_referrers",
-    "get_referents": "gc: gc.get_referents",
-}
-# Parts that mean it only after their module (``model.modules()`` and ``torch.stack`` are ordinary).
-_FLAGGED_PAIRS = {
-    ("sys", "modules"): "sys.modules", ("sys", "monitoring"): "monitoring hook: sys.monitoring",
-    ("inspect", "stack"): "frame: inspect.stack", ("inspect", "trace"): "frame: inspect.trace",
-    ("importlib", "abc"): "import hook: importlib.abc", ("events", "register"): "event callback: events.register",
-}
-# Modules, flagged where imported or where a name's attribute is taken from them (``threading.Thread``).
-_FLAGGED_MODULES = {
-    "threading": "threads: threading", "_thread": "threads: _thread", "concurrent": "threads: concurrent.futures",
-    "multiprocessing": "processes: multiprocessing", "subprocess": "processes: subprocess", "ctypes": "ctypes",
-    "IPython": "kernel: IPython", "ipykernel": "kernel: ipykernel", "builtins": "builtins: builtins",
-    "signal": "signal handler: signal",
-}
-_CODE_RUNNERS = {"exec", "eval", "compile", "builtins.exec", "builtins.eval", "builtins.compile"}
-_DISPLAY = ("IPython", "display")      # IPython.display shows HTML and plots: notebooks use it (08's demo)
-
-
-def red_flags(source):
-    """The RedFlags of a cell's source, sorted by line: what it uses that an exercise never needs."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return sorted(set(_token_flags(source)))      # IPython magics, or an unfinished cell
-    return sorted(set(_tree_flags(tree)))
-
-
-def _labels(dotted, as_module):
-    """The labels of a dotted name (``sys._getframe``); ``as_module``: its first part may be a module."""
-    parts = dotted.split(".")
-    found = [_FLAGGED_PARTS[part] for part in parts if part in _FLAGGED_PARTS]
-    found += [label for pair, label in _FLAGGED_PAIRS.items()
-              if any(tuple(parts[i:i + 2]) == pair for i in range(len(parts) - 1))]
-    if as_module and parts[0] in _FLAGGED_MODULES and tuple(parts[:2]) != _DISPLAY:
-        found.append(_FLAGGED_MODULES[parts[0]])
-    return found
-
-
-def _tree_flags(tree, at=None):
-    """RedFlags of a parsed cell; ``at``: the line of the ``exec`` that runs it, for all of them."""
-    aliases = _aliases(tree)
-    for node in ast.walk(tree):
-        line = at or getattr(node, "lineno", 1)
-        if isinstance(node, (ast.Attribute, ast.Name)):
-            dotted = _dotted(node, aliases)
-            labels = _labels(dotted, "." in dotted)
-        elif isinstance(node, ast.Import):
-            labels = [label for alias in node.names for label in _labels(alias.name, True)]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            labels = [label for alias in node.names for label in _labels(f"{node.module}.{alias.name}", True)]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _DOTTED.fullmatch(node.value):
-            labels = _labels(node.value, True)                # getattr(frame, "f_locals"), "threading"
-        elif isinstance(node, ast.Call) and _dotted(node.func, aliases) in _CODE_RUNNERS:
-            yield from _run_code_flags(node, _dotted(node.func, aliases), line)
-            continue
-        else:
-            continue
-        yield from (RedFlag(line, label) for label in labels)
-
-
-_DOTTED = re.compile(r"[A-Za-z_][\w.]*")
-
-
-def _run_code_flags(call, name, line):
-    """exec/eval/compile: a constant string is read like the cell; another is code no one can see here."""
-    first = call.args[0] if call.args else None
-    if isinstance(first, ast.Constant) and isinstance(first.value, str):
-        try:
-            yield from _tree_flags(ast.parse(first.value), line)
-            return
-        except (SyntaxError, ValueError):
-            pass
-    yield RedFlag(line, f"dynamic code: {name} of a built string")
-
-
-def _aliases(tree):
-    """Name -> what the cell's imports bound it to: ``s`` -> ``sys``, ``g`` -> ``sys._getframe``."""
-    aliases = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            aliases.update({alias.asname: alias.name for alias in node.names if alias.asname})
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            aliases.update({alias.asname or alias.name: f"{node.module}.{alias.name}" for alias in node.names})
-    return aliases
-
-
-def _dotted(node, aliases):
-    """``a.b.c`` for an attribute chain, its first name through the aliases; a chain that starts at a call
-    (``get_ipython().events``) starts with an empty part."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    parts.append(aliases.get(node.id, node.id) if isinstance(node, ast.Name) else "")
-    return ".".join(reversed(parts))
-
-
-def _token_flags(source):
-    """The labels of the dotted names of a cell that does not parse (``%time sys._getframe(1)``)."""
-    tokens = [t for t in _tokens(source) if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE)]
-    i = 0
-    while i < len(tokens):
-        if tokens[i].type != tokenize.NAME:
-            i += 1
-            continue
-        j, parts = i, [tokens[i].string]
-        while j + 2 < len(tokens) and tokens[j + 1].string == "." and tokens[j + 2].type == tokenize.NAME:
-            parts.append(tokens[j + 2].string)
-            j += 2
-        imported = i > 0 and tokens[i - 1].string in ("import", "from")
-        yield from (RedFlag(tokens[i].start[0], label) for label in _labels(".".join(parts), imported or j > i))
-        i = j + 1
 
 
 # ----------------------------------------------------------------------------- the answers

@@ -1,6 +1,6 @@
 """How long a notebook of one empty cell takes in the grader's sandbox: with its kernel forked from the kernel
-server (autograder/kernel_server.py, the grader's default) and with a kernel that starts as a process of its own
-(the grader's fallback, and its only way before).
+server (autograder/execution/kernel_server.py, the grader's default) and with a kernel that starts as a process of
+its own (the grader's fallback, and its only way before).
 
     python benchmarks/kernel_fork_server.py               # about a minute; needs bubblewrap, as the grader does
     python benchmarks/kernel_fork_server.py --runs 10
@@ -19,8 +19,8 @@ from pathlib import Path
 from nbformat.v4 import new_code_cell, new_notebook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autograder.execute import execute_notebook  # noqa: E402
-from autograder.sandbox import Limits, sandbox_available  # noqa: E402
+from autograder.execution.execute import execute_notebook  # noqa: E402
+from autograder.execution.sandbox import Limits, sandbox_available  # noqa: E402
 
 
 def seconds(fork):

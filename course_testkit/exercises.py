@@ -5,7 +5,7 @@
 (transformer_course) that hold its finished version, as ``"module.name"`` (a subpackage's module dotted:
 ``"run.loop.name"``): the answer first, then the helpers that do its work. While notebook N is graded, the grading
 kernel sees a copy of the package without the finished pieces of notebook N and of every later notebook
-(autograder/stripped.py), except a piece an earlier notebook's finished parts still need.
+(autograder/execution/stripped.py), except a piece an earlier notebook's finished parts still need.
 """
 NOTEBOOKS = {
     "01_positional_encoding": ("positional_encoding", "TokenEmbedding", "PositionalEncoding"),
@@ -76,7 +76,7 @@ EXTRAS = {"07_training": ("text",), "08_decoding_bleu": ("text",), "09_gpt": ("t
 # assignment -> what its kernels import on first use and is slow to import: torch._dynamo (1.1-1.5 s), on an
 # optimizer's first step (07-10) and on a first operation on the 'meta' device (03's device tests, 06's count of the
 # base model's parameters), and spaCy (0.6 s), when the data cells first tokenise (07, 09, 10). The kernel server
-# imports these before it forks a kernel of such an assignment (autograder/dispatch.py): 2-3 s less per submission
+# imports these before it forks a kernel of such an assignment (autograder/execution/dispatch.py): 2-3 s less per submission
 # of 07 and 09. A missing entry costs each kernel that time, nothing else (tests/test_autograde.py checks the table
 # against what the solution notebooks import).
 KERNEL_FIRST_USE_IMPORTS = {"03_masking": ("torch._dynamo",), "06_transformer": ("torch._dynamo",),
@@ -85,7 +85,7 @@ KERNEL_FIRST_USE_IMPORTS = {"03_masking": ("torch._dynamo",), "06_transformer": 
 
 # assignment -> what its judges import on first use: torch._dynamo (1-3 s), which an optimizer's first step imports
 # (07, 09), and sacreBLEU (0.5 s), the BLEU oracle's (08). The grader's fork server imports them too when one of
-# these assignments is graded (autograder/local_workers.py). A missing entry costs each worker that time, nothing
+# these assignments is graded (autograder/execution/local_workers.py). A missing entry costs each worker that time, nothing
 # else (tests/test_grader.py checks the table against the oracles the notebooks import).
 JUDGES_FIRST_USE_IMPORTS = {"07_training": ("torch._dynamo",), "08_decoding_bleu": ("sacrebleu",),
                             "09_gpt": ("torch._dynamo",)}

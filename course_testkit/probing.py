@@ -11,7 +11,7 @@ Every graded test cell of the course is written as
 In a student's own Jupyter, and in plain ``nbgrader autograde``, ``run_test`` runs both in the kernel. The
 course's grader (``python -m autograder grade``) sets ``COURSE_JUDGE_OUTSIDE=1`` in the sandboxed kernel:
 there ``run_test`` only runs the probe and sends its data out as a display message; the grader's own process
-loads it with a safe loader and runs the cell's judges itself (autograder/judging.py). What the student's
+loads it with a safe loader and runs the cell's judges itself (autograder/execution/judging.py). What the student's
 process says about a test cell decides nothing, and it never sees what is expected.
 
 Hidden tests draw their inputs from ``secret_generator(tag)``: a generator seeded from a secret the grader chooses

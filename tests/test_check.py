@@ -13,7 +13,7 @@ import pytest
 from support.notebooks import ROOT, SOLUTIONS, nbgrader_cells, solved, with_answers
 
 from autograder.check import check_notebook, find_release, render, unanswered_questions
-from autograder.sandbox import Limits
+from autograder.execution.sandbox import Limits
 
 pytestmark = [pytest.mark.xdist_group("check"), pytest.mark.slow]
 

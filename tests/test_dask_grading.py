@@ -16,7 +16,7 @@ from support.clusters import dask_client, dask_cluster, kill_group
 from support.courses import ScratchCourse
 from test_grader import ASSIGNMENT, CORRECT_ADD, CORRECT_MUL, answer, source_notebook
 
-from autograder.sandbox import sandbox_available
+from autograder.execution.sandbox import sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),

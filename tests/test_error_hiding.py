@@ -2,9 +2,9 @@
 
 Each trick below is public knowledge for nbgrader: it rides along with a wrong answer, whose test must still fail,
 while the correct answer after it keeps its point. Nothing in the kernel watches or puts back what a trick changes
-(autograder/execute.py): the executor reads the kernel's own verdict (the reply's status) besides the outputs, and a
-test cell whose reply says it failed gets an error even if none was shown. All the tricks run in one notebook, one
-after the other, as one submission could hold them.
+(autograder/execution/execute.py): the executor reads the kernel's own verdict (the reply's status) besides the
+outputs, and a test cell whose reply says it failed gets an error even if none was shown. All the tricks run in one
+notebook, one after the other, as one submission could hold them.
 
 A trick the reply does not show (an exception swallowed, a builtin or a helper replaced) passes a plain test cell,
 as it does in plain nbgrader: such a cell's verdict is the kernel's word, and the grader says which cells are plain
@@ -14,8 +14,8 @@ import pytest
 from nbformat.v4 import new_notebook
 from support.notebooks import nbgrader_cell
 
-from autograder.execute import execute_notebook
-from autograder.sandbox import Limits, sandbox_available
+from autograder.execution.execute import execute_notebook
+from autograder.execution.sandbox import Limits, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
                                  "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),

@@ -1,9 +1,9 @@
-"""autograder/execute.py's own logic, without a kernel: a message the grader cannot read (a bad signature, as a
-process flood made jupyter_client raise "Invalid Signature") fails the cell as a dead kernel does, so that the grader
-starts a new kernel and grades the rest, instead of failing the whole submission."""
+"""autograder/execution/execute.py's own logic, without a kernel: a message the grader cannot read (a bad signature,
+as a process flood made jupyter_client raise "Invalid Signature") fails the cell as a dead kernel does, so that the
+grader starts a new kernel and grades the rest, instead of failing the whole submission."""
 from queue import Empty
 
-from autograder import execute
+from autograder.execution import execute
 
 
 class FakeProcess:

@@ -252,7 +252,7 @@ def test_an_error_name_that_is_no_class_name_is_not_shown():
 def test_the_courses_own_messages_are_shown_whole():
     """The stripped package's refusals of a finished answer (NotImplementedError, not AssertionError) fit MAX_OTHER,
     and no message of the tests, the oracles or the refusals has a run without a space that the page would remove."""
-    from autograder.stripped import _message, piece_path, registry
+    from autograder.execution.stripped import _message, piece_path, registry
 
     notebooks, finished = registry().notebooks, registry().finished
     for assignment in notebooks:
@@ -263,7 +263,7 @@ def test_the_courses_own_messages_are_shown_whole():
     texts = [c.source for path in SOLUTIONS.glob("*/*.ipynb")
              for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     texts += [path.read_text() for path in (ROOT / "course_testkit" / "oracles").glob("*.py")]
-    texts.append((ROOT / "autograder" / "stripped.py").read_text())
+    texts.append((ROOT / "autograder" / "execution" / "stripped.py").read_text())
     checked = 0
     for text in texts:
         try:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import transformer_course as course
-from autograder.stripped import withheld
+from autograder.execution.stripped import withheld
 from course_testkit.oracles import gpt as oracle
 from course_testkit.probes import gpt as probes
 from course_testkit.probing import judging_with, pack, unpack

@@ -26,7 +26,7 @@ from support.courses import ScratchCourse
 from support.notebooks import ROOT, SOLUTIONS, answer_ids, colab, nbgrader_cell, nbgrader_cells, solved, with_answers
 
 from autograder.__main__ import main
-from autograder.sandbox import sandbox_available
+from autograder.execution.sandbox import sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),
@@ -385,8 +385,8 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     are listed, with those modules."""
     import re
 
-    from autograder.local_workers import preloaded
-    from autograder.stripped import registry
+    from autograder.execution.local_workers import preloaded
+    from autograder.execution.stripped import registry
 
     oracles = ROOT / "course_testkit" / "oracles"
     signs = {"torch._dynamo": r"optim\.\w+\(", "sacrebleu": r"\bsacrebleu\b"}
@@ -404,7 +404,7 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
 def test_the_grade_command_starts_its_workers_fork_server_before_its_own_imports(tmp_path):
     """The fork server's imports (3-5 s) overlap the command's own (nbgrader's, 1-2 s) on another core: the command
     starts it before it imports the grader, for local workers only (a Dask cluster's workers have their own)."""
-    script = ("import sys\nimport autograder.local_workers as workers\nstarted = []\n"
+    script = ("import sys\nimport autograder.execution.local_workers as workers\nstarted = []\n"
               "workers.fork_server = lambda assignment=None: started.append((assignment, 'autograder.grade' in sys.modules))\n"
               "from autograder.__main__ import main\n"
               "status = main(sys.argv[1:])\nprint(started, status)")
@@ -419,8 +419,8 @@ def test_local_workers_start_with_the_judges_modules_imported_below_the_commands
     """The fork server imports torch, nbgrader and the course's oracles once; each worker is forked with them, so
     a grading run does not pay seconds of imports per worker. Workers (and the kernels they start) run at a
     lower priority than the grading command, which records their results."""
-    from autograder.dispatch import WORKER_NICENESS, LocalPool
-    from autograder.local_workers import PRELOADED
+    from autograder.execution.dispatch import WORKER_NICENESS, LocalPool
+    from autograder.execution.local_workers import PRELOADED
 
     pool = LocalPool(1)
     try:

@@ -133,6 +133,10 @@ def build_wheel(tmp_path):
     modules = {path.relative_to(ROOT).as_posix() for path in (ROOT / "transformer_course").rglob("*.py")
                if "__pycache__" not in path.parts}
     assert not modules - set(shipped), f"modules missing from the wheel: {sorted(modules - set(shipped))}"
+    # The grader's modules ship, its subpackages' too: a student's `python -m autograder check` runs them.
+    grader = {path.relative_to(ROOT).as_posix() for path in (ROOT / "autograder").rglob("*.py")
+              if "__pycache__" not in path.parts}
+    assert not grader - set(shipped), f"the grader's modules missing from the wheel: {sorted(grader - set(shipped))}"
     # The tests' kit ships beside the package, which holds none of it.
     assert {"course_testkit/exercises.py", "course_testkit/probes/gpt.py", "course_testkit/oracles/gpt.py"} <= set(shipped)
     assert not [name for name in shipped if name.startswith("transformer_course/") and

@@ -1,8 +1,8 @@
-"""The judges in a child process with limits (autograder/judge_process.py): a judge that hangs or swells fails its own
-cell with a reason, and the next cell gets a new judge."""
+"""The judges in a child process with limits (autograder/execution/judge_process.py): a judge that hangs or swells
+fails its own cell with a reason, and the next cell gets a new judge."""
 import base64
 
-from autograder.judge_process import JudgeProcess
+from autograder.execution.judge_process import JudgeProcess
 from course_testkit import probing
 
 CELL = '''

@@ -19,9 +19,9 @@ import pytest
 from support.notebooks import SOLUTIONS, nbgrader_cells
 
 from autograder.cells import is_test
-from autograder.execute import execute_notebook
-from autograder.sandbox import Limits, sandbox_available
-from autograder.stripped import stripped_package
+from autograder.execution.execute import execute_notebook
+from autograder.execution.sandbox import Limits, sandbox_available
+from autograder.execution.stripped import stripped_package
 from course_testkit.probing import PROBE_MIME
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "

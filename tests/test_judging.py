@@ -1,5 +1,5 @@
-"""The grader's half of a judged test cell (autograder/judging.py) and the probe data it reads, without a kernel; the
-judges draw the hidden inputs from the seed the grader gives them, never from the kernel's data."""
+"""The grader's half of a judged test cell (autograder/execution/judging.py) and the probe data it reads, without a
+kernel; the judges draw the hidden inputs from the seed the grader gives them, never from the kernel's data."""
 import base64
 import io
 import pickle
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder import judging
+from autograder.execution import judging
 from course_testkit import probing
 
 CELL = '''

@@ -100,6 +100,50 @@ def test_the_checks_find_an_upward_import_and_a_circle(tmp_path):
     assert circles(graph) == [["low.c", "low.d"]]
 
 
+def test_the_checks_follow_relative_imports_out_of_a_subpackage(tmp_path):
+    """``from ..module import x`` and ``from .. import module`` in a subpackage, deferred or not, tie it to the module
+    of the package above, so that a circle through a subpackage is found too."""
+    for path, text in {"low/__init__.py": "", "low/a.py": "from .sub.b import x", "low/sub/__init__.py": "",
+                       "low/sub/b.py": "def x():\n    from ..a import y\n", "low/sub/c.py": "from .. import a"}.items():
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text(text)
+    graph = import_graph(tmp_path, ("low",))
+    assert graph["low.sub.b"] == {"low.a"} and graph["low.sub.c"] == {"low.a"} and graph["low.a"] == {"low.sub.b"}
+    assert circles(graph) == [["low.a", "low.sub.b"]]
+
+
+# The grader's subpackages: what runs a submission, and what reads answers' source without running it.
+SUBPACKAGES = ("autograder.execution", "autograder.source")
+
+
+def test_the_graph_holds_every_module_of_the_subpackages():
+    """Every module of every layer is in the graph, its subpackages' included, with their imports of each other."""
+    graph = import_graph()
+    files = {module_name(p, ROOT) for layer in LAYERS for p in (ROOT / layer).rglob("*.py")}
+    assert set(graph) == files
+    for package in SUBPACKAGES:
+        assert [m for m in graph if m.startswith(f"{package}.")], f"no module of {package} in the graph"
+    assert "autograder.source.library_answers" in graph["autograder.execution.dispatch"]   # from ..source.X import
+    assert "autograder.cells" in graph["autograder.execution.execute"]                      # from ..cells import
+
+
+def test_the_graders_files_named_by_path_are_where_its_modules_look():
+    """Modules of autograder/execution/ name files by path or by dotted name in a string: the checkout the sandbox
+    hides (an editable install's), the course's nbgrader_config.py, the zygote's source, what the fork server
+    preloads."""
+    import importlib.util
+
+    import autograder
+    from autograder import CONFIG
+    from autograder.execution import kernel_server, local_workers, sandbox
+
+    checkout = Path(autograder.__file__).resolve().parents[1]   # the folder that holds the grader's package
+    assert sandbox.REPOSITORY == (checkout if (checkout / "pyproject.toml").is_file() else None)
+    assert sandbox.COURSE_CONFIG.is_file() and sandbox.COURSE_CONFIG.samefile(CONFIG)
+    assert kernel_server.ZYGOTE_SOURCE == (Path(kernel_server.__file__).parent / "kernel_zygote.py").read_text()
+    assert all(importlib.util.find_spec(name) for name in local_workers.PRELOADED if name.startswith("autograder"))
+
+
 # ----------------------------------------------------------------------------- one exercise registry
 
 REGISTRY = ROOT / "course_testkit" / "exercises.py"
@@ -107,7 +151,7 @@ REGISTRY = ROOT / "course_testkit" / "exercises.py"
 
 def registry_names():
     """The assignments and exercises that course_testkit/exercises.py names."""
-    from autograder.stripped import registry
+    from autograder.execution.stripped import registry
 
     notebooks = registry().notebooks
     return set(notebooks) | {e for exercises in notebooks.values() for e in exercises}

@@ -1,4 +1,4 @@
-"""Answers that are someone else's code (autograder/library_answers.py): a library's finished version where
+"""Answers that are someone else's code (autograder/source/library_answers.py): a library's finished version where
 the exercise is to write it, or the course package's finished version. Found in the source, never run: the
 unit tests need no kernel; one test grades notebook 05 end to end, one checks a notebook before hand-in."""
 import csv
@@ -16,7 +16,7 @@ from test_similarity import disguise
 import transformer_course
 from autograder.cells import grade_id, is_test
 from autograder.check import check_notebook, render
-from autograder.library_answers import (
+from autograder.source.library_answers import (
     COPY_THRESHOLD,
     ENAME,
     copied_answers,
@@ -25,9 +25,9 @@ from autograder.library_answers import (
     package_pairs,
     refuse_flagged,
 )
-from autograder.sandbox import Limits, sandbox_available
+from autograder.execution.sandbox import Limits, sandbox_available
 from autograder.similarity import finished_source
-from autograder.stripped import registry
+from autograder.execution.stripped import registry
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.is_dir())
 RELEASES = {a: nbformat.read(ROOT / "notebooks" / a / f"{a}.ipynb", as_version=4) for a in ASSIGNMENTS}
@@ -216,7 +216,7 @@ def test_the_copy_check_does_not_import_torch_into_the_grader():
     """The record step runs it in the grader's own process for every grading run: torch takes seconds."""
     assignment = "05_layer_norm_feed_forward"
     probe = ("import sys, nbformat\n"
-             "from autograder.library_answers import flagged_answers\n"
+             "from autograder.source.library_answers import flagged_answers\n"
              f"solved = nbformat.read({str(SOLUTIONS / assignment / (assignment + '.ipynb'))!r}, as_version=4)\n"
              f"release = nbformat.read({str(ROOT / 'notebooks' / assignment / (assignment + '.ipynb'))!r}, as_version=4)\n"
              "assert flagged_answers(solved, release) == {}\n"

@@ -1,11 +1,11 @@
-"""The local grader's pool of workers (autograder.dispatch.LocalPool): a submission that kills its worker fails
-alone, with the reason, and every other submission is graded."""
+"""The local grader's pool of workers (autograder.execution.dispatch.LocalPool): a submission that kills its worker
+fails alone, with the reason, and every other submission is graded."""
 import operator
 import os
 
 import pytest
 
-from autograder.dispatch import ClusterError, LocalPool
+from autograder.execution.dispatch import ClusterError, LocalPool
 
 pytestmark = pytest.mark.slow   # starts worker processes
 

@@ -23,7 +23,7 @@ from support.notebooks import ROOT, nbgrader_cells
 from test_grader import ASSIGNMENT, CORRECT_ADD, WRITTEN, answer, source_notebook
 
 from autograder.__main__ import main
-from autograder.sandbox import CELL_TIMEOUT, Limits, configured_cell_timeout, sandbox_available
+from autograder.execution.sandbox import CELL_TIMEOUT, Limits, configured_cell_timeout, sandbox_available
 
 needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                    "create namespaces here: apt-get install bubblewrap")

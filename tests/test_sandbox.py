@@ -1,4 +1,4 @@
-"""The sandboxed executor (autograder/execute.py, autograder/sandbox.py) against hostile notebooks.
+"""The sandboxed executor (autograder/execution/execute.py, autograder/execution/sandbox.py) against hostile notebooks.
 
 Each notebook is small, and so are the limits: the whole file runs in about two minutes on two busy cores.
 """
@@ -18,9 +18,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from autograder import kernel_server
-from autograder.execute import KernelStartError, execute_notebook
-from autograder.sandbox import LOG_BYTES, Limits, memory_accounting, memory_cgroups, sandbox_available
+from autograder.execution import kernel_server
+from autograder.execution.execute import KernelStartError, execute_notebook
+from autograder.execution.sandbox import LOG_BYTES, Limits, memory_accounting, memory_cgroups, sandbox_available
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or does not "
                                  "work on this machine (user namespaces disabled?): the sandbox cannot be tested"),

@@ -18,7 +18,7 @@ from nbformat.v4 import new_notebook
 from support.courses import GRADING_ENV, ScratchCourse
 from support.notebooks import nbgrader_cell, nbgrader_cells, with_answers
 
-from autograder.sandbox import sandbox_available
+from autograder.execution.sandbox import sandbox_available
 from course_testkit import probing
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "

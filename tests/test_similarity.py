@@ -23,12 +23,12 @@ from autograder.similarity import (
     PACKAGE,
     SOLUTIONS,
     is_reference,
-    normalise,
     oracle_sources,
     red_flag_counts,
-    red_flags,
     similarity_report,
 )
+from autograder.source.normalise import normalise
+from autograder.source.red_flags import red_flags
 
 ASSIGNMENT = "05_layer_norm_feed_forward"
 WRONG, UNUSUAL = load_suite(ASSIGNMENT)

@@ -1,4 +1,4 @@
-"""The course package as a notebook's grading kernel sees it (autograder/stripped.py): the finished answers of
+"""The course package as a notebook's grading kernel sees it (autograder/execution/stripped.py): the finished answers of
 the notebook and of the later ones raise, none kept, the earlier ones work, and the grader mounts that copy. What is
 withheld comes from the exercise registry (course_testkit/exercises.py)."""
 import ast
@@ -11,8 +11,8 @@ import pytest
 from support.courses import ScratchCourse
 from support.notebooks import SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells, with_answers
 
-from autograder.sandbox import package_folder, sandbox_available
-from autograder.stripped import build, module_file, piece_path, registry, strip_source, stripped_package, withheld
+from autograder.execution.sandbox import package_folder, sandbox_available
+from autograder.execution.stripped import build, module_file, piece_path, registry, strip_source, stripped_package, withheld
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 

@@ -26,9 +26,9 @@ GRADING_ENV = dict(os.environ, OMP_NUM_THREADS="1", MPLBACKEND="Agg", COURSE_SMO
 
 def stripped_path(assignment):
     """A folder to put first on the kernel's PYTHONPATH so that it imports ``assignment``'s copies of the course
-    package and the kit (autograder/stripped.py: without the finished answers of that notebook and the later ones),
-    with the oracles, since the replay's kernel judges the cells itself."""
-    from autograder.stripped import stripped_package
+    package and the kit (autograder/execution/stripped.py: without the finished answers of that notebook and the
+    later ones), with the oracles, since the replay's kernel judges the cells itself."""
+    from autograder.execution.stripped import stripped_package
 
     return str(stripped_package(assignment, keep_oracles=True))
 

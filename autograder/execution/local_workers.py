@@ -13,7 +13,7 @@ from .stripped import registry
 # forks each worker from itself; a failed import there only costs the worker that time again.
 # torch's symbolic shapes (and sympy, 1.3 s) are what the first torch._check of a process imports, and many torch
 # functions check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one.
-PRELOADED = ["autograder.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "course_testkit.probing",
+PRELOADED = ["autograder.execution.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "course_testkit.probing",
              "course_testkit.testing", "course_testkit.oracles"]
 
 def preloaded(assignment=None):

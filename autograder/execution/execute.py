@@ -36,7 +36,7 @@ import nbformat
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.connect import write_connection_file
 
-from .cells import is_test
+from ..cells import is_test
 from .judge_process import JudgeProcess
 from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, SEED_VARIABLE, is_judged, kernel_source, take_probe_data
 from .kernel_server import ForkServerError, forget, server_for

@@ -12,8 +12,8 @@ Two kinds of answer score nothing in their exercise's test cells (``test_<exerci
   ``sys.modules`` and ``eval``/``exec`` of a constant string, through every code cell up to the answer (the
   setup cell's ``torch``, ``nn`` and ``F`` included);
 * **a copy of the course package's finished version** (the package ships them for the later notebooks),
-  verbatim or with names, comments, docstrings and layout changed: similarity.py's normalisation, a score of
-  ``COPY_THRESHOLD`` or more against the package's source of that exercise.
+  verbatim or with names, comments, docstrings and layout changed: the similarity report's normalisation
+  (normalise.py), a score of ``COPY_THRESHOLD`` or more against the package's source of that exercise.
 
 Not seen: a name computed at run time (``getattr(F, name)`` with a variable ``name``), or a library call inside
 a helper that the student defined in a cell of its own and calls from the answer.
@@ -28,9 +28,9 @@ from typing import Callable
 
 import nbformat
 
-from .cells import exercise_of, grade_id, is_answer, is_test
-from .stripped import registry
-from .similarity import (COPY_THRESHOLD, PACKAGE, add_package_answers, answer_sources,  # noqa: F401
+from ..cells import exercise_of, grade_id, is_answer, is_test
+from ..execution.stripped import registry
+from ..similarity import (COPY_THRESHOLD, PACKAGE, add_package_answers, answer_sources,  # noqa: F401
                          compare, release_exercises)
 
 ENAME = "NotYourOwnWork"
@@ -120,7 +120,7 @@ def _finished(exercise):
 
 
 # The package's finished version of the exercise itself: the grading kernel's copy of the package mostly lacks it
-# (stripped.py), but plain nbgrader has it all.
+# (execution/stripped.py), but plain nbgrader has it all.
 RULES += [Rule((exercise,), _finished(exercise), f"the course's finished `{exercise}`",
                "the package's version is there for the later notebooks", "here, write your own")
           for exercises in registry().notebooks.values() for exercise in exercises]

@@ -26,7 +26,7 @@ import nbformat
 from .execute import execute_notebook
 from .sandbox import sandbox_available
 from .judging import all_judged
-from .library_answers import refuse_flagged
+from ..source.library_answers import refuse_flagged
 from .local_workers import fork_server
 from .stripped import registry, stripped_package
 
@@ -127,7 +127,7 @@ def execute_submission(notebooks, files, releases, limits, env, sandbox):
     """Run one student's notebooks ({name: bytes}), each in a sandbox of its own with a copy of ``files``
     ({relative path: bytes}); returns {name: {"notebook": bytes, "problems": [dict], "seconds": float}}.
     Runs on the worker: in a local process or on a Dask worker. Each executed notebook also says which of its
-    exercises are someone else's code (library_answers.refuse_flagged, against its release in ``releases``,
+    exercises are someone else's code (source.library_answers.refuse_flagged, against its release in ``releases``,
     {name: bytes}): that reading of the sources is the grader's, and here it costs the instructor's machine nothing."""
     if sandbox and not sandbox_available():
         raise ClusterError("bubblewrap (bwrap) is not available on this worker, so the submission cannot be "

@@ -1,5 +1,5 @@
 """The fork server's zygote: one process in the grader's sandbox that imports what kernels import, then forks a
-kernel per request, each kept from the others (autograder/kernel_server.py starts it and talks to it).
+kernel per request, each kept from the others (autograder/execution/kernel_server.py starts it and talks to it).
 
 Never imported: the grader runs this file's text as ``python -I -c <text> <base folder> <module>...``. The
 kernels' folders are under the base folder, the only folder of the host the zygote can write to. It talks with the

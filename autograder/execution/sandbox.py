@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SANDBOX_USER = 65534  # "nobody": the user the kernel runs as when the grader is root
-_ROOT = Path(__file__).resolve().parents[1]
+_ROOT = Path(__file__).resolve().parents[2]   # autograder/execution/sandbox.py: the folder above autograder/
 # The checkout this package runs from (editable install), with solutions/: hidden. A regular install has none.
 REPOSITORY = _ROOT if (_ROOT / "pyproject.toml").is_file() else None
 
 
-COURSE_CONFIG = Path(__file__).with_name("nbgrader_config.py")   # the course's nbgrader configuration
+COURSE_CONFIG = Path(__file__).parents[1] / "nbgrader_config.py"   # the course's nbgrader configuration
 
 
 def configured_cell_timeout(config=COURSE_CONFIG):

@@ -38,7 +38,7 @@ def is_judged(source):
 
 def all_judged(notebook):
     """Whether every graded test cell of ``notebook`` is judged: then its kernel needs no oracle."""
-    from .cells import is_test
+    from ..cells import is_test
 
     return all(is_judged(cell.source) for cell in notebook.cells if is_test(cell))
 

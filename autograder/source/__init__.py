@@ -1,0 +1,11 @@
+"""Source analysis: what the grader reads in answer cells' text, without running anything.
+
+* ``normalise.py``: an answer's normalised token lines (comments, docstrings, formatting and the names a student
+  chose made canonical), what the similarity report compares.
+* ``red_flags.py``: what an answer uses that no exercise needs (frames, hooks, the kernel, threads, code built at
+  run time), for a person to look at.
+* ``library_answers.py``: answers that are someone else's code (a library's finished version, or a copy of the
+  course package's), which score nothing in their exercise's test cells.
+
+The report built on them, ``python -m autograder similarity``, is ``autograder/similarity.py``.
+"""
