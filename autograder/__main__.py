@@ -116,7 +116,7 @@ def main(argv=None):
         # Its local workers' fork server imports what they need (3-5 s) while this command imports and checks.
         from .execution.local_workers import fork_server
         fork_server(args.assignment)
-    from .export import ExportError   # reads no nbgrader: a student's check imports it too
+    from .export import ExportError  # reads no nbgrader: a student's check imports it too
 
     refusals = (ReleaseError, SimilarityError, ExportError)
     if args.command != "check":     # a student's check runs where nbgrader is not installed (Colab)

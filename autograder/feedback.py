@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import nbformat
 
 from .grade import GradingError, cell_grades, check_assignment, check_course, read_report
-from .repair import RELEASE_CHANGED
 from .nbgrader_course import open_gradebook
+from .repair import RELEASE_CHANGED
 
 HIDDEN_NOTE = "[a line quoting the hidden tests' code was removed]"
 MIN_QUOTED = 12   # shorter text ("assert x", "pass") is too common to mean a quotation

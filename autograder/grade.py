@@ -53,11 +53,26 @@ from pathlib import Path
 import nbformat
 from traitlets import Unicode
 
-from .execution.dispatch import (ClusterError, copy_file, open_pool, read_chunks, submission_files,
-                                 submission_payload, without_notebooks)
+from .execution.dispatch import (
+    ClusterError,
+    copy_file,
+    open_pool,
+    read_chunks,
+    submission_files,
+    submission_payload,
+    without_notebooks,
+)
 from .execution.sandbox import CELL_TIMEOUT, Limits, memory_accounting, sandbox_available
-from .nbgrader_course import (autograde, faster_nbgrader, nbgrader_api, nbgrader_config, nbgrader_output,
-                              nbgrader_reason, open_gradebook, submitted_students)
+from .nbgrader_course import (
+    autograde,
+    faster_nbgrader,
+    nbgrader_api,
+    nbgrader_config,
+    nbgrader_output,
+    nbgrader_reason,
+    open_gradebook,
+    submitted_students,
+)
 from .repair import RepairError, repair_file
 
 STAGING = ".autograder"
@@ -790,7 +805,7 @@ def write_csv(course, assignment, reports):
     marked the submission late (collect.py); red_flags counts what
     ``python -m autograder similarity`` lists for that notebook (copies of a public answer, code no exercise needs)."""
     from .lms import StudentRecord
-    from .similarity import red_flag_counts   # similarity.py reads the submissions through this module
+    from .similarity import red_flag_counts  # similarity.py reads the submissions through this module
 
     grades = gradebook_grades(course, assignment, reports)
     flags, late = red_flag_counts(course, assignment), StudentRecord(course).late(assignment)

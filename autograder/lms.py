@@ -9,7 +9,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-
 CANVAS = re.compile(r"(?P<student>[^_/]+)(?P<late>_late)?_(?P<id>\d+)_\d+_(?P<file>[^/]+)", re.IGNORECASE)
 MOODLE_FILE = re.compile(r"(?P<student>[^_/]+)_(?P<id>\d+)_assignsubmission_file_(?P<file>[^/]+)")
 MOODLE_FOLDER = re.compile(r"(?:^|/)(?P<student>[^_/]+)_(?P<id>\d+)_assignsubmission_file_?/(?:[^/]+/)*(?P<file>[^/]+)$")

@@ -111,7 +111,7 @@ def _module_of(requirement):
 def read_course(pyproject=ROOT / "pyproject.toml") -> Course:
     """The course's setting: the [project] name, version and extras, the [tool.transformer-course] repository and
     source, and the extras of each notebook (the exercise registry's)."""
-    from .execution.stripped import registry
+    from .registry import registry
 
     with open(pyproject, "rb") as file:
         toml = tomllib.load(file)

@@ -31,79 +31,40 @@ whether or not it is in a similar pair, in ``redflags-ASSIGNMENT.csv`` and on th
 answer of a pair: for a person to look at, not a verdict.
 """
 import ast
-import builtins
 import csv
-import difflib
 import functools
 import html
 import textwrap
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-from .execution.sandbox import KIT, package_folder
-from .execution.stripped import registry
+from .registry import KIT, package_folder, registry
 from .repair import RepairError, repair_notebook
-from .source.normalise import _imported, _without, normalise
+from .source.answers import (
+    COPY_THRESHOLD,
+    ORACLES,
+    PACKAGE,
+    SOLUTIONS,
+    Answer,
+    add_package_answers,
+    answer_sources,
+    compare,
+    is_reference,
+    release_exercises,
+    same_text,
+)
+from .source.normalise import normalise
 from .source.red_flags import RedFlag, red_flags
 
-PACKAGE = "<course package>"           # the reserved name of the package's finished source
-SOLUTIONS = "<course solutions>"       # the course's own answer cells (source/ASSIGNMENT: public in an open course)
-ORACLES = "<course oracles"            # "<course oracles: NAME>": a function of the hidden tests' oracles
 DEFAULT_THRESHOLD = 0.9
-COPY_THRESHOLD = 0.95                  # a student's answer this close to a public source of it is a copy
 DEFAULT_TOP = 50                       # pairs shown per exercise on the page; the CSV has them all
 
 
 class SimilarityError(Exception):
     """The course directory has no release of the assignment to compare against."""
-
-
-@dataclass
-class Answer:
-    owner: str             # a student id, or PACKAGE
-    source: str            # as written, for the person who judges
-    lines: list            # normalised token lines, the release's lines removed
-    parsed: bool = True    # False: a syntax error, normalised with tokenize
-    flags: list = field(default_factory=list)   # RedFlags, for a student's answer
-
-    @functools.cached_property
-    def tokens(self):
-        """What is compared."""
-        return tuple(token for line in self.lines for token in line)
-
-    @property
-    def normalised(self):
-        """What is compared, shown one line a line."""
-        return "\n".join(" ".join(line) for line in self.lines)
-
-
-def is_reference(owner):
-    """Whether an answer is one of the public sources of an answer (the package, the solutions, the oracles)."""
-    return owner.startswith("<course ")
-
-
-@dataclass
-class Exercise:
-    name: str                                     # as reported: the grade_id, with the notebook if several
-    grade_id: str
-    stub: str
-    shared: frozenset                             # names that are not renamed
-    scaffold: Counter                             # the stub's normalised lines
-    answers: list = field(default_factory=list)
-    unanswered: list = field(default_factory=list)
-    notebook: str = ""                            # the release notebook's name
-
-    def add(self, owner, source):
-        lines, parsed = normalise(source, self.shared)
-        lines = _without(lines, self.scaffold)
-        if lines:
-            flags = [] if is_reference(owner) else red_flags(source)
-            self.answers.append(Answer(owner, source, lines, parsed, flags))
-        elif not is_reference(owner):
-            self.unanswered.append(owner)
 
 
 @dataclass
@@ -116,50 +77,7 @@ class Flagged:
     notebook: str = ""
 
 
-@dataclass
-class Pair:
-    exercise: str
-    a: Answer
-    b: Answer
-    score: float
-    reason: str
-
-
 # ----------------------------------------------------------------------------- the answers
-
-def answer_sources(notebook):
-    """grade_id -> source of every code answer cell (nbgrader ``solution``) of a notebook."""
-    sources = {}
-    for cell in notebook.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("solution") and meta.get("grade_id"):
-            sources[meta["grade_id"]] = cell.source
-    return sources
-
-
-def shared_names(release):
-    """The names every student shares: builtins, the release's imports, the stubs' classes and functions
-    at any depth (methods such as ``forward`` included)."""
-    names = set(dir(builtins))
-    stubs = set(answer_sources(release).values())
-    for cell in release.cells:
-        try:
-            tree = ast.parse(cell.source) if cell.cell_type == "code" else None
-        except (SyntaxError, ValueError):
-            continue                          # IPython magics
-        if tree is not None:
-            names |= _imported(tree)
-            if cell.source in stubs:
-                names |= {node.name for node in ast.walk(tree)
-                          if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-    return frozenset(names)
-
-
-def release_exercises(release, prefix="", notebook=""):
-    """The exercises of one release notebook, named ``prefix + grade_id``, with nothing compared yet."""
-    shared = shared_names(release)
-    return [Exercise(prefix + grade_id, grade_id, stub, shared, Counter(normalise(stub, shared)[0]), notebook=notebook)
-            for grade_id, stub in answer_sources(release).items()]
 
 
 def submitted_notebook(path, release):
@@ -231,14 +149,6 @@ def flagged_cells(exercises, added):
     return sorted(answers + added, key=lambda f: (f.owner, order.get(f.where, len(order)), f.where))
 
 
-def add_package_answers(exercises):
-    """Add the course package's finished source of each exercise it exports, as ``PACKAGE``."""
-    for exercise in exercises:
-        finished = finished_source(exercise.grade_id)
-        if finished is not None:
-            exercise.add(PACKAGE, finished)
-
-
 def add_references(exercises, course, assignment):
     """Add every public source of an answer to each exercise: the package's finished version (``PACKAGE``), the
     course's own answer cell in ``source/ASSIGNMENT`` (``SOLUTIONS``) and each function of the notebook's oracles
@@ -291,7 +201,7 @@ def flag_copies(exercises, threshold=COPY_THRESHOLD):
 def _copy_of(exercise, answer, references, threshold):
     """"a copy of REFERENCE (...)" for the closest public source ``answer`` (or a definition in it) copies."""
     for part in [answer] + _definitions(answer, exercise.shared):
-        same = [r for r in references if _same_text(part.source, r.source)]
+        same = [r for r in references if same_text(part.source, r.source)]
         if same:
             return f"a copy of {same[0].owner} (the same text)"
     if exercise.grade_id in registry().not_compared:
@@ -323,10 +233,6 @@ def _definitions(answer, shared):
     return parts
 
 
-def _same_text(a, b):
-    return " ".join(a.split()) == " ".join(b.split())
-
-
 def red_flag_counts(course, assignment, threshold=COPY_THRESHOLD):
     """{(student, notebook): red flags} of every submission of ``assignment`` (0 where it could not be read)."""
     try:
@@ -350,26 +256,6 @@ def flag_counts(exercises, added):
     return counts
 
 
-@functools.lru_cache(maxsize=None)
-def finished_source(name, module="__init__"):
-    """The source of the function or class ``name`` that the course package's ``module`` defines or imports,
-    read from the package's files: importing the package would import torch (seconds, in the grader's own
-    process, for every grading run). None if there is no such function or class."""
-    folder = package_folder()
-    path = folder / f"{module.replace('.', '/')}.py" if folder else None
-    if path is None or not path.is_file():
-        return None
-    source = path.read_text(encoding="utf-8")
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])   # as inspect.getsource
-            return textwrap.dedent("".join(source.splitlines(keepends=True)[first - 1:node.end_lineno]))
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-            if any(alias.name == name and alias.asname in (None, name) for alias in node.names):
-                return finished_source(name, node.module)   # re-exported: follow it to its definition
-    return None
-
-
 # ----------------------------------------------------------------------------- comparing
 
 def rank_pairs(exercise, threshold=DEFAULT_THRESHOLD):
@@ -384,30 +270,6 @@ def rank_pairs(exercise, threshold=DEFAULT_THRESHOLD):
             if pair is not None:
                 pairs.append(pair)
     return sorted(pairs, key=lambda p: (-p.score, p.a.owner, p.b.owner))
-
-
-def compare(exercise, a, b, threshold):
-    matcher = difflib.SequenceMatcher(None, a.tokens, b.tokens, autojunk=False)
-    # the quick ratios are upper bounds of ratio(): most pairs stop there
-    if matcher.real_quick_ratio() < threshold or matcher.quick_ratio() < threshold:
-        return None
-    score = matcher.ratio()
-    return Pair(exercise, a, b, score, _reason(matcher, a, b)) if score >= threshold else None
-
-
-def _reason(matcher, a, b):
-    if _same_text(a.source, b.source):
-        why = "the same source"
-    elif a.tokens == b.tokens:
-        why = "the same code once names, comments and formatting are normalised"
-    else:
-        sizes = [block.size for block in matcher.get_matching_blocks()]
-        why = (f"{sum(sizes)} of {len(a.tokens)} and {len(b.tokens)} normalised tokens match, "
-               f"the longest run {max(sizes)}")
-    unparsed = [answer.owner for answer in (a, b) if not answer.parsed]
-    if unparsed:
-        why += f"; {' and '.join(unparsed)}: a syntax error, compared token by token"
-    return why
 
 
 # ----------------------------------------------------------------------------- the report

@@ -26,7 +26,7 @@ from support.notebooks import (
 )
 from support.replay import KernelReplay
 
-from autograder.execution.stripped import registry
+from autograder.registry import registry
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 

@@ -19,8 +19,8 @@ from support.courses import GRADING_ENV, ScratchCourse
 from support.notebooks import solved
 
 from autograder.execution.dispatch import MAX_FILE_BYTES, submission_files
-from autograder.grade import _fingerprint
 from autograder.execution.sandbox import Limits, sandbox_available
+from autograder.grade import _fingerprint
 
 pytestmark = [pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not installed or cannot "
                                  "create namespaces here: apt-get install bubblewrap"),

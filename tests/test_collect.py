@@ -15,8 +15,8 @@ import pytest
 from test_grader import CORRECT_ADD, answer, source_notebook
 
 from autograder import CONFIG
-from autograder.lms import RECORD, StudentRecord, lms_file, notebook_name
 from autograder.execution.sandbox import sandbox_available
+from autograder.lms import RECORD, StudentRecord, lms_file, notebook_name
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 

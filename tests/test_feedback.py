@@ -252,7 +252,8 @@ def test_an_error_name_that_is_no_class_name_is_not_shown():
 def test_the_courses_own_messages_are_shown_whole():
     """The stripped package's refusals of a finished answer (NotImplementedError, not AssertionError) fit MAX_OTHER,
     and no message of the tests, the oracles or the refusals has a run without a space that the page would remove."""
-    from autograder.execution.stripped import _message, piece_path, registry
+    from autograder.execution.stripped import _message
+    from autograder.registry import piece_path, registry
 
     notebooks, finished = registry().notebooks, registry().finished
     for assignment in notebooks:

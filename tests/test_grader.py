@@ -386,7 +386,7 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
     import re
 
     from autograder.execution.local_workers import preloaded
-    from autograder.execution.stripped import registry
+    from autograder.registry import registry
 
     oracles = ROOT / "course_testkit" / "oracles"
     signs = {"torch._dynamo": r"optim\.\w+\(", "sacrebleu": r"\bsacrebleu\b"}
@@ -420,13 +420,13 @@ def test_local_workers_start_with_the_judges_modules_imported_below_the_commands
     a grading run does not pay seconds of imports per worker. Workers (and the kernels they start) run at a
     lower priority than the grading command, which records their results."""
     from autograder.execution.dispatch import WORKER_NICENESS, LocalPool
-    from autograder.execution.local_workers import PRELOADED
+    from autograder.execution.local_workers import WORKER_IMPORTS
 
     pool = LocalPool(1)
     try:
         niceness = pool.executor.submit(os.nice, 0).result(timeout=120)
         assert niceness == min(os.nice(0) + WORKER_NICENESS, 19), f"a worker runs at niceness {niceness}"
-        loaded = pool.executor.submit(eval, f"[m for m in {PRELOADED!r} if m not in __import__('sys').modules]")
+        loaded = pool.executor.submit(eval, f"[m for m in {WORKER_IMPORTS!r} if m not in __import__('sys').modules]")
         assert loaded.result(timeout=120) == [], "these modules were not imported before the worker's first job"
         # The modules a worker's first torch._check imports (none, when the fork server imported them).
         first_check = ("(lambda sys, torch: (lambda before: (torch._check(True, lambda: ''), "

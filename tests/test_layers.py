@@ -127,6 +127,41 @@ def test_the_graph_holds_every_module_of_the_subpackages():
     assert "autograder.cells" in graph["autograder.execution.execute"]                      # from ..cells import
 
 
+# Inside the grader, layers too: the base modules (the registry reader, nbgrader's cell kinds), then source/ (reads
+# answers' text), then execution/ (runs submissions, and refuses what source/ flags), then the commands.
+GRADER_BASE = ("autograder.registry", "autograder.cells")
+
+
+def grader_group(module):
+    for rank, prefix in enumerate(("autograder.source.", "autograder.execution.")):
+        if module.startswith(prefix):
+            return rank + 1
+    return 0 if module in GRADER_BASE else 3
+
+
+def grader_upward(graph):
+    """(module, what it imports from the same or a later group of the grader) for the base and the subpackages."""
+    found = []
+    for module, deps in sorted(graph.items()):
+        group = grader_group(module) if module.startswith("autograder.") else 3
+        against = sorted(d for d in deps if d.startswith("autograder.") and group < 3 and grader_group(d) > group
+                         and not (group > 0 and grader_group(d) == group))
+        if against:
+            found.append((module, against))
+    return found
+
+
+def test_the_graders_subpackages_import_only_the_base_and_the_groups_before_them():
+    assert grader_upward(import_graph()) == []
+
+
+def test_the_grader_check_finds_source_importing_execution():
+    graph = {"autograder.source.a": {"autograder.execution.b", "autograder.registry"},
+             "autograder.execution.b": {"autograder.source.a", "autograder.grade"}, "autograder.registry": set()}
+    assert grader_upward(graph) == [("autograder.execution.b", ["autograder.grade"]),
+                                    ("autograder.source.a", ["autograder.execution.b"])]
+
+
 def test_the_graders_files_named_by_path_are_where_its_modules_look():
     """Modules of autograder/execution/ name files by path or by dotted name in a string: the checkout the sandbox
     hides (an editable install's), the course's nbgrader_config.py, the zygote's source, what the fork server
@@ -141,7 +176,7 @@ def test_the_graders_files_named_by_path_are_where_its_modules_look():
     assert sandbox.REPOSITORY == (checkout if (checkout / "pyproject.toml").is_file() else None)
     assert sandbox.COURSE_CONFIG.is_file() and sandbox.COURSE_CONFIG.samefile(CONFIG)
     assert kernel_server.ZYGOTE_SOURCE == (Path(kernel_server.__file__).parent / "kernel_zygote.py").read_text()
-    assert all(importlib.util.find_spec(name) for name in local_workers.PRELOADED if name.startswith("autograder"))
+    assert all(importlib.util.find_spec(name) for name in local_workers.WORKER_IMPORTS if name.startswith("autograder"))
 
 
 # ----------------------------------------------------------------------------- one exercise registry
@@ -151,7 +186,7 @@ REGISTRY = ROOT / "course_testkit" / "exercises.py"
 
 def registry_names():
     """The assignments and exercises that course_testkit/exercises.py names."""
-    from autograder.execution.stripped import registry
+    from autograder.registry import registry
 
     notebooks = registry().notebooks
     return set(notebooks) | {e for exercises in notebooks.values() for e in exercises}

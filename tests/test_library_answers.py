@@ -16,6 +16,9 @@ from test_similarity import disguise
 import transformer_course
 from autograder.cells import grade_id, is_test
 from autograder.check import check_notebook, render
+from autograder.execution.sandbox import Limits, sandbox_available
+from autograder.registry import registry
+from autograder.source.answers import finished_source
 from autograder.source.library_answers import (
     COPY_THRESHOLD,
     ENAME,
@@ -25,9 +28,6 @@ from autograder.source.library_answers import (
     package_pairs,
     refuse_flagged,
 )
-from autograder.execution.sandbox import Limits, sandbox_available
-from autograder.similarity import finished_source
-from autograder.execution.stripped import registry
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "notebooks").iterdir() if p.is_dir())
 RELEASES = {a: nbformat.read(ROOT / "notebooks" / a / f"{a}.ipynb", as_version=4) for a in ASSIGNMENTS}

@@ -18,15 +18,8 @@ from support.notebooks import ROOT, colab, load_suite, with_answers
 
 import transformer_course
 from autograder.__main__ import main
-from autograder.similarity import (
-    ORACLES,
-    PACKAGE,
-    SOLUTIONS,
-    is_reference,
-    oracle_sources,
-    red_flag_counts,
-    similarity_report,
-)
+from autograder.similarity import oracle_sources, red_flag_counts, similarity_report
+from autograder.source.answers import ORACLES, PACKAGE, SOLUTIONS, is_reference
 from autograder.source.normalise import normalise
 from autograder.source.red_flags import red_flags
 

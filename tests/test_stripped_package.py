@@ -11,8 +11,9 @@ import pytest
 from support.courses import ScratchCourse
 from support.notebooks import SOLUTIONS, answer_ids, grade_cells_of, nbgrader_cells, with_answers
 
-from autograder.execution.sandbox import package_folder, sandbox_available
-from autograder.execution.stripped import build, module_file, piece_path, registry, strip_source, stripped_package, withheld
+from autograder.execution.sandbox import sandbox_available
+from autograder.execution.stripped import build, strip_source, stripped_package, withheld
+from autograder.registry import module_file, package_folder, piece_path, registry
 
 pytestmark = pytest.mark.slow   # runs notebooks, kernels or the grader: `-m 'not slow'` leaves it out
 

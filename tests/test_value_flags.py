@@ -6,9 +6,9 @@ import pytest
 from support.notebooks import ROOT, SOLUTIONS, with_answers
 
 from autograder.execution.execute import execute_notebook
-from autograder.source.library_answers import flagged_answers
 from autograder.execution.sandbox import Limits, sandbox_available
 from autograder.execution.stripped import stripped_package
+from autograder.source.library_answers import flagged_answers
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not sandbox_available(), reason="bubblewrap (bwrap) is not "
                                                    "installed: apt-get install bubblewrap")]

@@ -10,7 +10,7 @@ outside it, on local worker processes or a Dask cluster's.
 * ``kernel_server.py``: kernels that start ready, forked from a zygote in the sandbox.
 * ``kernel_zygote.py``: that zygote; never imported: its text runs as ``python -I -c``.
 * ``stripped.py``: the course package and the tests' kit as a notebook's kernel sees them (without the finished
-  answers of that notebook and the later ones), and the exercise registry read without importing torch.
+  answers of that notebook and the later ones).
 * ``judging.py``: the judge's half of a judged test cell, run outside the kernel from the cell's source and the
   probe data the kernel sent.
 * ``judge_process.py``: the judges in a child process with memory and time limits.

@@ -23,12 +23,13 @@ from pathlib import Path, PurePosixPath
 
 import nbformat
 
-from .execute import execute_notebook
-from .sandbox import sandbox_available
-from .judging import all_judged
+from ..registry import registry
 from ..source.library_answers import refuse_flagged
+from .execute import execute_notebook
+from .judging import all_judged
 from .local_workers import fork_server
-from .stripped import registry, stripped_package
+from .sandbox import sandbox_available
+from .stripped import stripped_package
 
 # Not sent to the worker: editors' checkpoints, and the notebooks' own copies (they go as notebooks).
 SKIPPED = ("*.ipynb", ".ipynb_checkpoints")
@@ -166,7 +167,7 @@ WORKER_NICENESS = 5
 
 class LocalPool:
     """``workers`` local processes, forked from a fork server: fresh processes that inherit none of the grader's
-    event loops, sockets or threads, with the modules they need imported once for all (local_workers.PRELOADED)."""
+    event loops, sockets or threads, with the modules they need imported once for all (local_workers.WORKER_IMPORTS)."""
 
     description = "local processes"
     RETRIES = 2   # times a job is sent again after its worker died

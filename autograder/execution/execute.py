@@ -40,8 +40,17 @@ from ..cells import is_test
 from .judge_process import JudgeProcess
 from .judging import JUDGE_OUTSIDE, MAX_CELL_BYTES, SEED_VARIABLE, is_judged, kernel_source, take_probe_data
 from .kernel_server import ForkServerError, forget, server_for
-from .sandbox import (FILES_DO_NOT_FIT, RUNTIME, drain, hand_over, kernel_environment, limited_command,
-                      memory_cgroups, sandbox_command, sandbox_root)
+from .sandbox import (
+    FILES_DO_NOT_FIT,
+    RUNTIME,
+    drain,
+    hand_over,
+    kernel_environment,
+    limited_command,
+    memory_cgroups,
+    sandbox_command,
+    sandbox_root,
+)
 
 STARTUP_TIMEOUT = 60   # seconds a new kernel gets to answer
 INTERRUPT_GRACE = 3    # seconds an interrupted cell gets to stop before its kernel is killed

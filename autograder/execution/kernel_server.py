@@ -34,8 +34,17 @@ import threading
 import time
 from pathlib import Path
 
-from .sandbox import (FILES_DO_NOT_FIT, LOG_BYTES, RUNTIME, RUNTIME_MB, hand_over, kernel_environment,
-                      folder_sizes, memory_cgroups, sandbox_command)
+from .sandbox import (
+    FILES_DO_NOT_FIT,
+    LOG_BYTES,
+    RUNTIME,
+    RUNTIME_MB,
+    folder_sizes,
+    hand_over,
+    kernel_environment,
+    memory_cgroups,
+    sandbox_command,
+)
 
 ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding="utf-8")
 
@@ -43,7 +52,7 @@ ZYGOTE_SOURCE = Path(__file__).with_name("kernel_zygote.py").read_text(encoding=
 # What the zygote imports, so that every kernel starts with it: the kernel itself, what the notebooks' set-up cells
 # import (torch, matplotlib, the course package and its test kit) and the oracles the test cells still judged in the
 # kernel import (a package without them skips that import).
-PRELOADED = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "math", "numpy", "torch",
+KERNEL_IMPORTS = ("ipykernel.kernelapp", "matplotlib.pyplot", "matplotlib_inline.backend_inline", "math", "numpy", "torch",
              "torch.nn", "torch.nn.functional", "transformer_course", "transformer_course.plotting",
              "course_testkit.testing", "course_testkit.probing", "course_testkit.oracles")
 ZYGOTE_TASKS = 4096        # the zygote's own limit counts its kernels' tasks too; each kernel has its own below it
@@ -58,14 +67,14 @@ class KernelServer:
     """A zygote in the sandbox, and the kernels forked from it."""
 
     def __init__(self, limits, env, package, timeout, preload=()):
-        """``preload``: modules the zygote imports besides PRELOADED (what one assignment's cells import on first use)."""
+        """``preload``: modules the zygote imports besides KERNEL_IMPORTS (what one assignment's cells import on first use)."""
         self.base = tempfile.mkdtemp(prefix="kernels-")
         self.ids, self.lock = itertools.count(), threading.Lock()
         # What the zygote said, kept for every thread: whether it is ready, the kernels it started (each with the
         # descriptor of its sockets' folder, until a ForkedKernel takes it) and their exits.
         self.ready, self.started, self.exited = False, {}, {}
         hand_over(self.base)
-        command = [sys.executable, "-I", "-c", ZYGOTE_SOURCE, self.base, *PRELOADED, *preload]
+        command = [sys.executable, "-I", "-c", ZYGOTE_SOURCE, self.base, *KERNEL_IMPORTS, *preload]
         zygote_limits = dataclasses.replace(limits, processes=ZYGOTE_TASKS)
         self.log = open(os.path.join(self.base, "zygote.log"), "w+b")
         # A Unix socket, not pipes: descriptors go along (a kernel's cgroup there, its sockets' folder back).

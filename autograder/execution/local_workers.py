@@ -6,19 +6,19 @@ grading command starts it first thing (`__main__.main`), and they overlap the co
 import multiprocessing
 import multiprocessing.forkserver
 
-from .stripped import registry
+from ..registry import registry
 
 # What every worker imports: the execution's modules (nbgrader, jupyter_client) and the judges' (torch, the course's
 # package and oracles), 3-5 s of a fresh interpreter's time. The fork server imports them once per grading run and
 # forks each worker from itself; a failed import there only costs the worker that time again.
 # torch's symbolic shapes (and sympy, 1.3 s) are what the first torch._check of a process imports, and many torch
 # functions check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one.
-PRELOADED = ["autograder.execution.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "course_testkit.probing",
+WORKER_IMPORTS = ["autograder.execution.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "course_testkit.probing",
              "course_testkit.testing", "course_testkit.oracles"]
 
 def preloaded(assignment=None):
     """The modules the fork server imports for grading ``assignment``."""
-    return PRELOADED + list(registry().judges_first_use_imports.get(assignment, ()))
+    return WORKER_IMPORTS + list(registry().judges_first_use_imports.get(assignment, ()))
 
 
 def fork_server(assignment=None):

@@ -19,7 +19,6 @@ namespace of its own, in which the task count starts from zero (parallel sandbox
 import ast
 import atexit
 import functools
-import importlib.util
 import json
 import multiprocessing.util
 import os
@@ -32,6 +31,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..registry import PACKAGES, package_folder
 
 SANDBOX_USER = 65534  # "nobody": the user the kernel runs as when the grader is root
 _ROOT = Path(__file__).resolve().parents[2]   # autograder/execution/sandbox.py: the folder above autograder/
@@ -110,16 +111,6 @@ def limited_command(command, limits):
 
 def _inside(path, folder):
     return path == folder or folder in path.parents
-
-
-PACKAGE, KIT = "transformer_course", "course_testkit"   # the course package, the tests' kit
-PACKAGES = (PACKAGE, KIT)                                  # what the kernel imports of the course's own code
-
-
-def package_folder(name=PACKAGE):
-    """The folder the package ``name`` (the course package by default) is imported from (None if not installed)."""
-    spec = importlib.util.find_spec(name)
-    return Path(spec.submodule_search_locations[0]) if spec and spec.submodule_search_locations else None
 
 
 def _readonly_paths():

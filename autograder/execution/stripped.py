@@ -17,7 +17,6 @@ whichever process grades first: the local pool's workers and Dask workers alike 
 """
 import ast
 import compileall
-import functools
 import hashlib
 import os
 import shutil
@@ -25,50 +24,10 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
 
-from .sandbox import KIT, PACKAGE, PACKAGES, package_folder
+from ..registry import KIT, PACKAGE, PACKAGES, _registry, module_file, package_folder, piece_path
 
 ORACLES = "oracles"
-
-
-@functools.cache
-def _registry(kit):
-    """The exercise registry (course_testkit/exercises.py) in the kit's folder ``kit``, read without importing
-    anything (no torch in the grader's process)."""
-    namespace = {}
-    exec(compile((Path(kit) / "exercises.py").read_text(encoding="utf-8"), "exercises.py", "exec"), namespace)
-    return Registry(*(namespace[field.upper()] for field in Registry._fields))
-
-
-class Registry(NamedTuple):
-    """course_testkit/exercises.py's tables, each described there."""
-    notebooks: dict                  # assignment -> its exercises
-    finished: dict                   # exercise -> "module.name" of its finished pieces in the package
-    test_modules: dict               # assignment -> the name of its probes/ and oracles/ modules
-    extras: dict                     # assignment -> the package's extras its install cell installs
-    kernel_first_use_imports: dict   # assignment -> slow imports its kernels make on first use
-    judges_first_use_imports: dict   # assignment -> slow imports its judges make on first use
-    not_compared: frozenset          # exercises the similarity report compares by text only
-
-
-def registry():
-    """The installed tests' kit's exercise registry."""
-    return _registry(package_folder(KIT))
-
-
-def piece_path(piece):
-    """(module, name) of a finished piece named as in exercises.FINISHED, "module.name": the module may be one of a
-    subpackage ("run.loop.train": ("run.loop", "train")); the name is the last part."""
-    module, _, name = piece.rpartition(".")
-    if not module or not name:
-        raise ValueError(f"{piece!r} is no \"module.name\" of the course package")
-    return module, name
-
-
-def module_file(module):
-    """The file, relative to the package's folder, of its module ``module`` (dotted: "run.loop" is run/loop.py)."""
-    return Path(*module.split(".")).with_suffix(".py")
 
 
 def withheld(assignment, kit=None):

@@ -18,8 +18,9 @@ Two kinds of answer score nothing in their exercise's test cells (``test_<exerci
 Not seen: a name computed at run time (``getattr(F, name)`` with a variable ``name``), or a library call inside
 a helper that the student defined in a cell of its own and calls from the answer.
 
-The grader (grade.py, ReplayExecution) adds an error output to each test cell of a flagged exercise, so that
-nbgrader scores it 0 and the feedback says why; ``python -m autograder check`` warns before hand-in.
+The grader's worker (execution/dispatch.py, after executing a submission) adds an error output to each test cell of a
+flagged exercise (``refuse_flagged``), so that nbgrader scores it 0 and the feedback says why; ``python -m autograder check``
+warns before hand-in.
 """
 import ast
 import builtins
@@ -29,9 +30,8 @@ from typing import Callable
 import nbformat
 
 from ..cells import exercise_of, grade_id, is_answer, is_test
-from ..execution.stripped import registry
-from ..similarity import (COPY_THRESHOLD, PACKAGE, add_package_answers, answer_sources,  # noqa: F401
-                         compare, release_exercises)
+from ..registry import registry
+from .answers import COPY_THRESHOLD, PACKAGE, add_package_answers, answer_sources, compare, release_exercises
 
 ENAME = "NotYourOwnWork"
 ANSWER = "<answer>"                  # the owner of the student's answer among similarity.py's Answers
