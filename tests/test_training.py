@@ -19,6 +19,7 @@ from torch import nn
 
 import transformer_course.run.loop as loop
 from course_testkit.oracles.training import params, reference_step
+from course_testkit.probes.training import batch
 from transformer_course import Transformer, devices
 from transformer_course.data import Vocab
 from transformer_course.devices import amp_dtype, choose_device, cpu_has_bfloat16
@@ -33,18 +34,6 @@ from transformer_course.training import label_smoothing_loss, noam_lr, train_ste
 MIRROR = Path(os.environ.get("MULTI30K_MIRROR", ""))  # conftest.py sets it when ../shared holds the mirror
 needs_mirror = pytest.mark.skipif(not (MIRROR / "train.de.gz").exists(),
                                   reason=f"the Multi30k mirror is not at {MIRROR}: set MULTI30K_MIRROR")
-
-
-def padded_batch(pad_idx=0, seed=1, B=3, S=6, T=7, src_vocab=11, tgt_vocab=13):
-    g = torch.Generator().manual_seed(seed)
-    src = torch.randint(0, src_vocab, (B, S), generator=g)
-    tgt = torch.randint(0, tgt_vocab, (B, T), generator=g)
-    src[src == pad_idx] = (pad_idx + 1) % src_vocab
-    tgt[tgt == pad_idx] = (pad_idx + 1) % tgt_vocab
-    for b in range(1, B):
-        src[b, S - b:] = pad_idx
-        tgt[b, T - 2 * b:] = pad_idx
-    return src, tgt
 
 
 # ----------------------------------------------------------------------------- label_smoothing_loss
@@ -159,7 +148,7 @@ def test_train_step_equals_a_reference_step_on_a_copy(pad_idx, clip, smoothing):
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     ref_scheduler = torch.optim.lr_scheduler.LambdaLR(ref_optimizer, schedule)
     for seed in (1, 2, 3):
-        src, tgt = padded_batch(pad_idx, seed)
+        src, tgt = batch(pad_idx, seed)
         loss = train_step(model, src, tgt, optimizer, scheduler, pad_idx=pad_idx, smoothing=smoothing, clip=clip)
         expected = reference_step(ref, src, tgt, ref_optimizer, ref_scheduler, pad_idx, smoothing, clip)
         assert isinstance(loss, float) and math.isclose(loss, expected, rel_tol=1e-6)
@@ -171,7 +160,7 @@ def test_train_step_equals_a_reference_step_on_a_copy(pad_idx, clip, smoothing):
 def test_train_step_clips_the_gradient_norm():
     model = tiny_model()
     before = params(model)
-    src, tgt = padded_batch()
+    src, tgt = batch()
     train_step(model, src, tgt, torch.optim.SGD(model.parameters(), lr=1.0), clip=0.01)
     assert math.isclose((params(model) - before).norm().item(), 0.01, rel_tol=1e-3)
 
@@ -218,7 +207,7 @@ def test_the_train_step_tests_stand_in_for_the_loss_is_no_answer_but_reads_its_a
 
 def test_evaluate_weights_every_token_once_and_keeps_the_mode():
     model = tiny_model(dropout=0.3).train()
-    batches = [padded_batch(0, 1), padded_batch(0, 2, B=2, T=9)]
+    batches = [batch(0, 1), batch(0, 2, B=2, T=9)]
     scores = teacher_forced_scores(model, batches, pad_idx=0, smoothing=0.1)
     assert model.training
     model.eval()
@@ -248,7 +237,7 @@ def test_checkpoint_round_trip(tmp_path):
     assert loaded["src_vocab"].itos == src_vocab.itos and loaded["tgt_vocab"].itos == tgt_vocab.itos
     assert loaded["config"]["model"] == model_kwargs and loaded["config"]["train"]["betas"] == [0.9, 0.98]
     assert loaded["epoch"] == 3 and loaded["val_loss"] == 1.5
-    src, tgt = padded_batch()
+    src, tgt = batch()
     model.eval()
     torch.testing.assert_close(loaded["model"](src, tgt), model(src, tgt), rtol=0, atol=0)
     with pytest.raises(ValueError, match="may not be called"):
