@@ -1,4 +1,4 @@
-"""Realistic answers to notebook 07. ``Answer`` is provided by tests/grading.py.
+"""Realistic answers to notebook 07. ``Answer`` is provided by tests/support/notebooks.py.
 
 WRONG: mistakes students make; each must lose points in its own exercise, and the feedback must
 contain ``message``. UNUSUAL: correct answers written differently; each must keep full marks.
