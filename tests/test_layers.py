@@ -140,12 +140,11 @@ def grader_group(module):
 
 
 def grader_upward(graph):
-    """(module, what it imports from the same or a later group of the grader) for the base and the subpackages."""
+    """(module, what it imports from a later group of the grader) for the base and the subpackages."""
     found = []
     for module, deps in sorted(graph.items()):
         group = grader_group(module) if module.startswith("autograder.") else 3
-        against = sorted(d for d in deps if d.startswith("autograder.") and group < 3 and grader_group(d) > group
-                         and not (group > 0 and grader_group(d) == group))
+        against = sorted(d for d in deps if d.startswith("autograder.") and grader_group(d) > group)
         if against:
             found.append((module, against))
     return found
