@@ -21,6 +21,9 @@ c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # model, which takes minutes on a CPU at full length (plain nbgrader, `grade --full-training`), hence the generous
 # limit. nbgrader always runs on past errors, so one broken exercise costs only its own tests.
 c.Execute.timeout = 600
+# At a notebook's end nbgrader asks its kernel to exit and waits for it (2-3 s with torch loaded): a grading kernel has
+# nothing to finish, so it is stopped at once.
+c.Execute.shutdown_kernel = "immediate"
 
 # Collecting submissions from an LMS (`nbgrader zip_collect ASSIGNMENT`): the course's collector reads the file
 # names of Canvas's and Moodle's "download all submissions" zips, late and re-uploaded ones included (see

@@ -399,6 +399,8 @@ def test_the_fork_server_imports_what_the_judges_of_each_assignment_import_on_fi
             needed[notebook.stem] = modules
     assert needed == {a: sorted(m) for a, m in registry().judges_first_use_imports.items()}
     assert "torch._dynamo" in preloaded("07_training") and "torch._dynamo" not in preloaded("03_masking")
+    # an instructor's own assignment: no judges of the course's, so its workers start without torch and the oracles
+    assert "torch" in preloaded("03_masking") and preloaded("ps1") == ["autograder.execution.dispatch"]
 
 
 def test_the_grade_command_starts_its_workers_fork_server_before_its_own_imports(tmp_path):
@@ -418,23 +420,25 @@ def test_the_grade_command_starts_its_workers_fork_server_before_its_own_imports
 def test_local_workers_start_with_the_judges_modules_imported_below_the_commands_priority():
     """The fork server imports torch, nbgrader and the course's oracles once; each worker is forked with them, so
     a grading run does not pay seconds of imports per worker. Workers (and the kernels they start) run at a
-    lower priority than the grading command, which records their results."""
-    from autograder.execution.dispatch import WORKER_NICENESS, LocalPool
-    from autograder.execution.local_workers import WORKER_IMPORTS
+    lower priority than the grading command, which records their results. In a fresh process, as a grading command
+    is: a process keeps the first fork server it starts, with that one's imports."""
+    from autograder.execution.dispatch import WORKER_NICENESS
 
-    pool = LocalPool(1)
-    try:
-        niceness = pool.executor.submit(os.nice, 0).result(timeout=120)
-        assert niceness == min(os.nice(0) + WORKER_NICENESS, 19), f"a worker runs at niceness {niceness}"
-        loaded = pool.executor.submit(eval, f"[m for m in {WORKER_IMPORTS!r} if m not in __import__('sys').modules]")
-        assert loaded.result(timeout=120) == [], "these modules were not imported before the worker's first job"
-        # The modules a worker's first torch._check imports (none, when the fork server imported them).
-        first_check = ("(lambda sys, torch: (lambda before: (torch._check(True, lambda: ''), "
-                       "sorted(set(sys.modules) - before))[1])(set(sys.modules)))(__import__('sys'), __import__('torch'))")
-        imported = pool.executor.submit(eval, first_check).result(timeout=120)
-        assert imported == [], f"a worker's first torch._check imported {len(imported)} modules: {imported[:5]}"
-    finally:
-        pool.close()
+    # The modules a worker's first torch._check imports (none, when the fork server imported them).
+    first_check = ("(lambda sys, torch: (lambda before: (torch._check(True, lambda: ''), "
+                   "sorted(set(sys.modules) - before))[1])(set(sys.modules)))(__import__('sys'), __import__('torch'))")
+    script = ("import os, sys\nfrom autograder.execution.dispatch import LocalPool\n"
+              "from autograder.execution.local_workers import WORKER_IMPORTS\n"
+              "pool = LocalPool(1, '03_masking')\nrun = lambda f, *a: pool.executor.submit(f, *a).result(timeout=120)\n"
+              "print(run(os.nice, 0) - os.nice(0))\n"
+              "print(run(eval, f'[m for m in {WORKER_IMPORTS!r} if m not in __import__(\"sys\").modules]'))\n"
+              f"print(run(eval, {first_check!r}))\npool.close()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    niceness, not_loaded, imported = done.stdout.strip().splitlines()[-3:]
+    assert int(niceness) == min(WORKER_NICENESS, 19 - os.nice(0)), f"a worker runs {niceness} below the command"
+    assert not_loaded == "[]", f"these modules were not imported before the worker's first job: {not_loaded}"
+    assert imported == "[]", f"a worker's first torch._check imported modules: {imported[:300]}"
 
 
 def test_a_submission_nbgrader_refuses_is_reported_with_the_error_nbgrader_names(tmp_path):

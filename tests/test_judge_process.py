@@ -41,3 +41,17 @@ def test_a_judge_that_hangs_or_swells_fails_its_cell_and_the_next_is_judged():
     finally:
         judges.close()
     assert judges.pid is None
+
+
+def test_a_process_imports_the_judges_modules_before_its_first_child_so_later_children_find_them():
+    """Where no fork server imported them ahead (an instructor's own assignment), each notebook's child would import
+    torch and the oracles again: the process that forks the children imports them once, before the first."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom autograder.execution.judge_process import JUDGES_IMPORTS, JudgeProcess\n"
+              "before = [m for m in JUDGES_IMPORTS if m in sys.modules]\njudges = JudgeProcess()\n"
+              "judges.judge('assert True', [], 1)\njudges.close()\n"
+              "print(before, [m for m in JUDGES_IMPORTS if m not in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "[] []", done.stdout + done.stderr

@@ -236,6 +236,17 @@ def test_a_deleted_gradebook_gives_a_command_that_records_the_assignment_again(c
 
 # ----------------------------------------------------------------------------- quick: no grading run
 
+def test_nbgrader_stops_a_notebooks_kernel_at_once_under_the_course_configuration():
+    """nbgrader reads the setting under its own name: a misspelt one would leave its default, a wait of 2-3 s a notebook."""
+    from nbgrader.preprocessors import Execute
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder import CONFIG
+
+    config = PyFileConfigLoader(CONFIG.name, path=str(CONFIG.parent)).load_config()
+    assert Execute().shutdown_kernel == "graceful" and Execute(config=config).shutdown_kernel == "immediate"
+
+
 def test_the_cell_time_limit_is_stated_once_in_the_course_configuration(tmp_path):
     from autograder import CONFIG
     from autograder.grade import course_cell_timeout

@@ -167,7 +167,7 @@ WORKER_NICENESS = 5
 
 class LocalPool:
     """``workers`` local processes, forked from a fork server: fresh processes that inherit none of the grader's
-    event loops, sockets or threads, with the modules they need imported once for all (local_workers.WORKER_IMPORTS)."""
+    event loops, sockets or threads, with the modules they need imported once for all (local_workers.preloaded)."""
 
     description = "local processes"
     RETRIES = 2   # times a job is sent again after its worker died

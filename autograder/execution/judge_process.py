@@ -10,6 +10,7 @@ torch loaded costs tens of milliseconds, which a child per cell would pay a doze
 
 Requests and replies travel over two pipes as length-prefixed pickles: both ends are the grader's own code.
 """
+import importlib
 import os
 import pickle
 import resource
@@ -20,6 +21,13 @@ import time
 
 from .judging import Verdict, judge_cell
 
+# What the judges import: torch, the course's package and the oracles, 3-5 s of a fresh interpreter's time. torch's
+# symbolic shapes (and sympy, 1.3 s) are what the first torch._check of a process imports, and many torch functions
+# check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one. The local grader's fork
+# server imports them ahead for the course's assignments (local_workers.py); a process that has not imports them before
+# it forks its first child, so that the children of its later notebooks find them.
+JUDGES_IMPORTS = ("torch", "torch.fx.experimental.symbolic_shapes", "course_testkit.probing", "course_testkit.testing",
+                  "course_testkit.oracles")
 JUDGE_SECONDS = 60       # one cell's judges, wall clock
 JUDGE_MEMORY_MB = 3072   # address space a judge may take beyond what the child held when it was forked
 MAX_PRINTED = 20_000     # characters kept of what one cell's judges printed
@@ -48,6 +56,7 @@ class JudgeProcess:
         return Verdict(*reply)
 
     def _start(self):
+        _import_judges_modules()
         requests_read, requests_write = os.pipe()
         replies_read, replies_write = os.pipe()
         pid = os.fork()
@@ -84,6 +93,16 @@ class JudgeProcess:
             pass
         _reap(self.pid, block=True)
         self.pid = None
+
+
+def _import_judges_modules():
+    """JUDGES_IMPORTS, in this process (at once where they are imported already); one that fails is left to the child,
+    whose verdict then says why."""
+    for module in JUDGES_IMPORTS:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass
 
 
 def _serve(requests, replies, memory_mb):

@@ -7,17 +7,23 @@ import multiprocessing
 import multiprocessing.forkserver
 
 from ..registry import registry
+from .judge_process import JUDGES_IMPORTS
 
-# What every worker imports: the execution's modules (nbgrader, jupyter_client) and the judges' (torch, the course's
-# package and oracles), 3-5 s of a fresh interpreter's time. The fork server imports them once per grading run and
-# forks each worker from itself; a failed import there only costs the worker that time again.
-# torch's symbolic shapes (and sympy, 1.3 s) are what the first torch._check of a process imports, and many torch
-# functions check their arguments with it: nn.MultiheadAttention's, in the oracles of 04 and 06, for one.
-WORKER_IMPORTS = ["autograder.execution.dispatch", "torch", "torch.fx.experimental.symbolic_shapes", "course_testkit.probing",
-             "course_testkit.testing", "course_testkit.oracles"]
+# What every worker imports: the execution's modules (nbgrader, jupyter_client) and, for the course's assignments, the
+# judges' (judge_process.JUDGES_IMPORTS: torch, the course's package and oracles), 3-5 s of a fresh interpreter's time.
+# The fork server imports them once per grading run and forks each worker from itself; a failed import there only
+# costs the worker that time again.
+EXECUTION_IMPORTS = ["autograder.execution.dispatch"]
+WORKER_IMPORTS = EXECUTION_IMPORTS + list(JUDGES_IMPORTS)
+
 
 def preloaded(assignment=None):
-    """The modules the fork server imports for grading ``assignment``."""
+    """The modules the fork server imports for grading ``assignment``: the judges' only for the course's own assignments
+    (or when none is named). An instructor's own assignment has no judges of the course's; should its cells judge
+    with the kit, each worker imports those modules when it first needs them."""
+    notebooks = registry().notebooks
+    if assignment is not None and assignment not in notebooks:
+        return list(EXECUTION_IMPORTS)
     return WORKER_IMPORTS + list(registry().judges_first_use_imports.get(assignment, ()))
 
 
