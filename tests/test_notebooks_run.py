@@ -43,7 +43,7 @@ def run(path, folder):
     notebook = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     # Run in an empty folder: a notebook that reads files relative to the repository would fail here.
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
+    NotebookClient(notebook, timeout=600, kernel_name="python3", shutdown_kernel="immediate",
                    resources={"metadata": {"path": str(folder)}}).execute()
     print(f"{path.stem}: {time.perf_counter() - start:.1f} s")
     errors = [(cell.get("id"), o.ename, o.evalue) for cell in notebook.cells if cell.cell_type == "code"

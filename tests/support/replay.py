@@ -2,7 +2,6 @@
 suites of realistic answers."""
 import ast
 import copy
-import json
 import os
 import symtable
 import textwrap
@@ -91,19 +90,21 @@ class KernelReplay:
     """Scores submissions of one assignment the way nbgrader does (an autograded test cell earns its points
     when it raises nothing), many in one kernel instead of a fresh kernel and fresh imports for each.
 
-    The kernel first runs the solution notebook (release, solutions and hidden tests) top to bottom. A
+    The kernel first runs the solution notebook (release, solutions and hidden tests), from the top, the cells that
+    matter (below). A
     submission, given as its answers (grade_id -> source), then re-runs the set-up cell (imports are cached
     by then; it resets the random seed), and every cell from its first answer to the end, in order, with
     its answers in place of the solutions'. Cells before that point cannot see its answers, so they keep
     the solution run's scores. Names left behind by the previous submission, and the names it answers, are
     deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
     cells it ran with other answers are re-run: each submission starts from the solution run's state.
-    A submission's replay stops at the last test cell: the demonstrations after it cannot change a score (they run
-    once, after the solution, for ``imported``: the modules the whole notebook imports). A demonstration
-    before it is not re-run either when it neither binds nor changes (x.a = ..., x.method(...)) a name that a later
-    answer or test cell reads (in its functions too), directly or through another demonstration that is re-run: it
-    keeps the solution run's results. In these notebooks such cells draw and print; a test that needs one through
-    something else (a file it writes) needs it to be a cell of nbgrader's (locked), which is always re-run.
+    The replay stops at the last test cell: the demonstrations after it cannot change a score, and they never run.
+    A demonstration before it does not run either (in the solution's run too) when it neither binds nor changes
+    (x.a = ..., x.method(...)) a name that a later answer or test cell reads (in its functions too), directly or
+    through another demonstration that runs. In these notebooks such cells draw and print; a test that needs one
+    through something else (a file it writes) needs it to be a cell of nbgrader's (locked), which always runs. The
+    solution's run is the replay's own way through the notebook, so that scoring the solution as nbgrader does (the
+    tests' first check) vouches for what it leaves out.
 
         with KernelReplay(solution_notebook, workdir) as replay:
             scores, errors = replay.grade({"attention": "def attention(q, k, v): ..."})
@@ -114,15 +115,15 @@ class KernelReplay:
         self.assignment = assignment   # with one, the kernel sees that notebook's copy of the package, as graded
         self.cells = list(self.notebook.cells)
         self.notebook.cells.append(nbformat.v4.new_code_cell())     # where the replay runs its own code
+        # "immediate": the kernel is killed at the end instead of asked to exit (2-3 s of waiting for each notebook)
         self.client = NotebookClient(self.notebook, timeout=600, kernel_name="python3", allow_errors=True,
-                                     resources={"metadata": {"path": str(workdir)}})
+                                     shutdown_kernel="immediate", resources={"metadata": {"path": str(workdir)}})
         self.setup = next(i for i, c in enumerate(self.cells)
                           if c.metadata.get("nbgrader", {}).get("grade_id") == "setup")
         self.end = 1 + max(index for index, *_ in self._graded_cells())
-        # Cells from here on may not hold the solution run's state: they last ran with somebody else's answers, or (at
-        # first) before the demonstrations after the last test cell, which __enter__ runs once.
-        self.dirty = 0
         self.replayed = self._cells_that_matter()
+        # Cells from here on may not hold the solution run's state: they last ran with somebody else's answers.
+        self.dirty = self.end
 
     def _cells_that_matter(self):
         """The indices of the cells a submission re-runs: nbgrader's cells (set-up, answers, tests), and the
@@ -148,17 +149,12 @@ class KernelReplay:
         self._kernel.__enter__()
         self._run_hidden(REPEATS_CACHED)
         self._run_hidden(SHORT_TRACEBACKS)
-        for index in range(self.end):
+        for index in sorted(self.replayed):
             self._run(index, self.cells[index].source)
         self.reference = self._scores(range(self.end))
         failed = {g: e for g, e in self._errors(range(self.end)).items() if e}
         assert not failed, f"the solution notebook fails its own tests in one kernel: {failed}"
         self._run_hidden("__replay_names__ = set(globals()) | {\"__replay_names__\", \"__name\", \"__plt\"}")
-        # The demonstrations after the last test cell run once, for what the whole notebook imports. They may change
-        # what the tests read: the first submission re-runs every cell it needs from the top (self.dirty is 0).
-        for index in range(self.end, len(self.cells)):
-            self._run(index, self.cells[index].source)
-        self.imported = set(json.loads(self._run_hidden("print(__import__('json').dumps(sorted(__import__('sys').modules)))")))
         return self
 
     def __exit__(self, *exc):
