@@ -90,10 +90,9 @@ class KernelReplay:
     """Scores submissions of one assignment the way nbgrader does (an autograded test cell earns its points
     when it raises nothing), many in one kernel instead of a fresh kernel and fresh imports for each.
 
-    The kernel first runs the solution notebook (release, solutions and hidden tests), from the top, the cells that
-    matter (below). A
-    submission, given as its answers (grade_id -> source), then re-runs the set-up cell (imports are cached
-    by then; it resets the random seed), and every cell from its first answer to the end, in order, with
+    The kernel first runs the cells that matter (below) of the solution notebook (release, solutions and hidden
+    tests), from the top. A submission, given as its answers (grade_id -> source), then re-runs the set-up cell
+    (imports are cached by then; it resets the random seed), and every cell from its first answer to the end, in order, with
     its answers in place of the solutions'. Cells before that point cannot see its answers, so they keep
     the solution run's scores. Names left behind by the previous submission, and the names it answers, are
     deleted first (an answer cell that fails leaves its name undefined, as in a fresh kernel), and any
