@@ -21,10 +21,10 @@ def preloaded(assignment=None):
     """The modules the fork server imports for grading ``assignment``: the judges' only for the course's own assignments
     (or when none is named). An instructor's own assignment has no judges of the course's; should its cells judge
     with the kit, each worker imports those modules when it first needs them."""
-    notebooks = registry().notebooks
-    if assignment is not None and assignment not in notebooks:
+    course = registry()
+    if assignment is not None and assignment not in course.notebooks:
         return list(EXECUTION_IMPORTS)
-    return WORKER_IMPORTS + list(registry().judges_first_use_imports.get(assignment, ()))
+    return WORKER_IMPORTS + list(course.judges_first_use_imports.get(assignment, ()))
 
 
 def fork_server(assignment=None):
